@@ -1,0 +1,460 @@
+"""One source of truth for every option: typed dataclasses → CLI flags and YAML keys.
+
+Each component declares its options as a dataclass whose fields carry a help text (see :func:`option`).
+From those dataclasses this module generates the click options of a program, reads ``--config`` YAML
+files with the same key names, and merges the sources in one fixed order::
+
+    dataclass defaults  <  --arch preset  <  --config file.yaml  <  explicit CLI flags
+
+A flag's name is its field's name with dashes (``max_tokens`` → ``--max-tokens``); a YAML key may use
+either spelling, flat (``max_tokens: 4096``) or nested under its group (``task: {max_tokens: 4096}``),
+so a dumped configuration loads back unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import click
+import yaml
+from click.core import ParameterSource
+
+from nmt_toolkit.errors import NmtError, UsageError
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    choices: Optional[Sequence[str]] = None,
+    metavar: Optional[str] = None,
+    flag: Optional[str] = None,
+    positional: bool = False,
+    multiple: bool = False,
+    default_factory: Any = MISSING,
+    cli: bool = True,
+):
+    """A dataclass field that is also a CLI flag and a YAML key.
+
+    ``help`` is required in spirit: ``--help`` must explain every option. ``positional`` makes the field a
+    positional argument (the data folder, as in fairseq); ``multiple`` a repeatable flag (``--ref a --ref b``);
+    ``cli=False`` keeps a field out of the command line (YAML only), for values derived by the program.
+    """
+    meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag,
+            "positional": positional, "multiple": multiple, "cli": cli}
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------- types
+
+
+def _resolved_hints(cls: type) -> dict[str, Any]:
+    module = sys.modules.get(cls.__module__)
+    return typing.get_type_hints(cls, globalns=vars(module) if module else None)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _sequence_item_type(tp: Any) -> Optional[Any]:
+    """The element type of ``list[T]`` / ``tuple[T, ...]``, else None."""
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple, Sequence):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return args[0] if args else str
+    return None
+
+
+def _parse_scalar(value: Any, tp: Any, what: str) -> Any:
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise UsageError(f"{what}: expected true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise UsageError(f"{what}: expected a number, got {value!r}")
+        try:
+            if tp is int:
+                as_float = float(value)
+                if not as_float.is_integer():
+                    raise ValueError
+                return int(as_float)
+            return float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{what}: expected {'an integer' if tp is int else 'a number'}, got {value!r}") from None
+    if tp is str:
+        return str(value)
+    return value
+
+
+def coerce(value: Any, tp: Any, what: str) -> Any:
+    """Convert a CLI string or YAML value to the field's declared type, with a message naming ``what``."""
+    tp, optional = _unwrap_optional(tp)
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if optional or tp is Any:
+            return None
+        raise UsageError(f"{what}: a value is required")
+    item = _sequence_item_type(tp)
+    if item is not None:
+        if isinstance(value, str):
+            text = value.strip().strip("()[]")
+            parts = [p.strip() for p in text.split(",") if p.strip()] if item is not str else (
+                [p.strip() for p in text.split(",")] if "," in text else ([text] if text else []))
+        elif isinstance(value, (list, tuple)):
+            parts = list(value)
+        else:
+            parts = [value]
+        converted = [_parse_scalar(p, item, what) for p in parts]
+        return tuple(converted) if typing.get_origin(tp) is tuple else converted
+    return _parse_scalar(value, tp, what)
+
+
+# --------------------------------------------------------------------------- field lookup
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in fields(cls) if f.metadata.get("cli", True)]
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+@dataclass
+class Group:
+    """A named slot of a program's configuration, filled by one dataclass (``model`` ← TransformerConfig)."""
+
+    name: str
+    cls: type
+    title: str = ""
+
+
+def _check_unique(groups: Sequence[Group]) -> dict[str, tuple[Group, dataclasses.Field]]:
+    """Map every field name to its group; two components declaring the same option is a bug."""
+    owners: dict[str, tuple[Group, dataclasses.Field]] = {}
+    for group in groups:
+        for f in fields(group.cls):
+            if f.name in owners:
+                other = owners[f.name][0]
+                raise UsageError(
+                    f"option --{f.name.replace('_', '-')} is declared twice: by {other.cls.__qualname__} "
+                    f"({other.name}) and by {group.cls.__qualname__} ({group.name})"
+                )
+            owners[f.name] = (group, f)
+    return owners
+
+
+# --------------------------------------------------------------------------- click
+
+
+class _HelpSectionsCommand(click.Command):
+    """A click command whose ``--help`` lists options under one heading per component."""
+
+    def __init__(self, *args, sections: Sequence[tuple[str, list[str]]] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sections = sections
+
+    def format_options(self, ctx, formatter):
+        by_name = {p.name: p for p in self.get_params(ctx)}
+        shown: set[str] = set()
+        for title, names in self.sections:
+            rows = []
+            for name in names:
+                param = by_name.get(name)
+                if param is None:
+                    continue
+                record = param.get_help_record(ctx)
+                if record:
+                    rows.append(record)
+                    shown.add(name)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [p.get_help_record(ctx) for p in self.get_params(ctx) if p.name not in shown]
+        rest = [r for r in rest if r]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
+
+
+def click_params(cls: type) -> list[click.Parameter]:
+    """The click options (and positional arguments) of one config dataclass."""
+    hints = _resolved_hints(cls)
+    params: list[click.Parameter] = []
+    for f in cli_fields(cls):
+        tp, _ = _unwrap_optional(hints[f.name])
+        meta = f.metadata
+        default = _default_of(f)
+        help_text = meta.get("help", "")
+        if meta.get("positional"):
+            params.append(click.Argument([f.name], required=default is None and f.default is MISSING,
+                                         default=None, metavar=(meta.get("metavar") or f.name.upper())))
+            continue
+        choice = click.Choice(list(meta["choices"])) if meta.get("choices") else None
+        if tp is bool and not meta.get("multiple"):
+            name = flag_name(f)
+            if default:
+                decl = f"{name}/--no-{name[2:]}"
+                params.append(click.Option([decl, f.name], default=True, help=f"{help_text} [default: on]"))
+            else:
+                params.append(click.Option([name, f.name], is_flag=True, default=False, help=help_text))
+            continue
+        show = "" if default is None or default == [] else f" [default: {_default_text(default)}]"
+        params.append(
+            click.Option(
+                [flag_name(f), f.name],
+                type=choice or click.STRING,
+                default=None,
+                multiple=bool(meta.get("multiple")),
+                metavar=meta.get("metavar") or ("CHOICE" if choice else tp.__name__.upper() if isinstance(tp, type) else "VALUE"),
+                help=help_text + show,
+            )
+        )
+    return params
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def _flatten_yaml(data: Any, path: str, group_names: Iterable[str]) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option names to values")
+    flat: dict[str, Any] = {}
+    groups = set(group_names)
+    for key, value in data.items():
+        key = str(key).replace("-", "_")
+        if key in groups and isinstance(value, dict):
+            for k, v in value.items():
+                flat[str(k).replace("-", "_")] = v
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_yaml(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"--config {path}: no such file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UsageError(f"--config {path}:{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def read_yaml_options(path: str, group_names: Iterable[str] = ()) -> dict[str, Any]:
+    """The flat ``{field_name: value}`` mapping of a ``--config`` file (nested groups flattened)."""
+    return _flatten_yaml(load_yaml(path), path, group_names)
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def resolve(
+    groups: Sequence[Group],
+    cli_values: dict[str, Any],
+    explicit: set[str],
+    yaml_values: Optional[dict[str, Any]] = None,
+    yaml_path: str = "",
+    preset: Optional[Callable[[dict[str, Any]], None]] = None,
+    ignore_yaml_keys: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Build the config instances in merge order; returns ``{group name: dataclass instance}``.
+
+    ``explicit`` names the fields given on the command line; only those override earlier sources.
+    """
+    owners = _check_unique(groups)
+    configs = {g.name: g.cls() for g in groups}
+    if preset is not None:
+        preset(configs)
+    skip = set(ignore_yaml_keys)
+    for key, value in (yaml_values or {}).items():
+        if key in skip:
+            continue
+        if key not in owners:
+            raise UsageError(f"--config {yaml_path}: unknown key {key!r}{closest(key, owners)}")
+        group, f = owners[key]
+        hints = _resolved_hints(group.cls)
+        setattr(configs[group.name], key, coerce(value, hints[key], f"--config {yaml_path}: {key}"))
+    for key in explicit:
+        if key not in owners:
+            continue
+        group, f = owners[key]
+        hints = _resolved_hints(group.cls)
+        value = cli_values[key]
+        if f.metadata.get("multiple") and isinstance(value, tuple):
+            value = list(value)
+        setattr(configs[group.name], key, coerce(value, hints[key], flag_name(f)))
+    for cfg in configs.values():
+        check = getattr(cfg, "validate", None)
+        if callable(check):
+            check()
+    return configs
+
+
+def explicit_params(ctx: click.Context) -> set[str]:
+    """Names of the parameters the user actually typed (or set through the environment)."""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            given.add(name)
+    return given
+
+
+def to_dict(configs: dict[str, Any], extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Plain nested dict of the effective configuration (for checkpoints and YAML dumps)."""
+    out: dict[str, Any] = dict(extra or {})
+    for name, cfg in configs.items():
+        values = dataclasses.asdict(cfg)
+        out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    return out
+
+
+def dump_yaml(configs: dict[str, Any], extra: Optional[dict[str, Any]] = None) -> str:
+    return yaml.safe_dump(to_dict(configs, extra), sort_keys=False, allow_unicode=True)
+
+
+def from_dict(cls: type, values: dict[str, Any], what: str = "config") -> Any:
+    """Rebuild a dataclass from a plain dict (a checkpoint's stored config); unknown keys are errors."""
+    hints = _resolved_hints(cls)
+    names = {f.name for f in fields(cls)}
+    kwargs = {}
+    for key, value in (values or {}).items():
+        if key not in names:
+            raise NmtError(f"{what}: unknown key {key!r}{closest(key, names)}")
+        kwargs[key] = coerce(value, hints[key], f"{what}: {key}")
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass
+class CommonConfig:
+    """Options every program understands."""
+
+    config: Optional[str] = option(None, "YAML file of options (keys are option names); explicit flags override it",
+                                   metavar="FILE")
+    dump_config: bool = option(False, "print the effective configuration as YAML and exit")
+    user_dir: Optional[str] = option(None, "import this plugin package (a folder or .py file) before anything else",
+                                     metavar="PATH")
+    debug: bool = option(False, "show Python tracebacks for errors")
+    seed: int = option(1, "random seed: fixes initialisation, dropout and data order")
+
+
+def build_command(
+    prog: str,
+    groups: Sequence[Group],
+    run: Callable[[dict[str, Any]], Optional[int]],
+    help: str,
+    preset: Optional[Callable[[dict[str, Any]], None]] = None,
+    extra_dump: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None,
+) -> click.Command:
+    """A click command whose options come from ``groups``; ``run`` receives the merged configs.
+
+    The first group should be ``common`` (:class:`CommonConfig`) so ``--config`` and ``--dump-config`` work.
+    """
+    _check_unique(groups)
+    params: list[click.Parameter] = []
+    sections = []
+    for group in groups:
+        group_params = click_params(group.cls)
+        params.extend(group_params)
+        title = group.title or f"{group.name.replace('_', ' ')} options"
+        sections.append((title, [p.name for p in group_params]))
+    names = [g.name for g in groups]
+
+    def callback(**values):
+        ctx = click.get_current_context()
+        yaml_path = values.get("config")
+        yaml_values = read_yaml_options(yaml_path, names) if yaml_path else None
+        configs = resolve(groups, values, explicit_params(ctx), yaml_values, yaml_path or "", preset)
+        if values.get("dump_config"):
+            extra = extra_dump(configs) if extra_dump else None
+            click.echo(dump_yaml({k: v for k, v in configs.items() if k != "common"}, extra), nl=False)
+            return 0
+        return run(configs)
+
+    return _HelpSectionsCommand(
+        prog,
+        params=params,
+        callback=callback,
+        help=help,
+        sections=sections,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    )
+
+
+def peek_options(argv: Sequence[str], names: Sequence[str]) -> dict[str, Optional[str]]:
+    """Values of selector options (``--arch``, ``--criterion``, ``--user-dir``…) before full parsing.
+
+    The selected components decide which options exist, so they are read first: from the command line,
+    else from the ``--config`` YAML file. Returns ``{field_name: value or None}``.
+    """
+    found: dict[str, Optional[str]] = {n: None for n in names}
+    flags = {"--" + n.replace("_", "-"): n for n in list(names) + ["config"]}
+    cli: dict[str, str] = {}
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        key, eq, value = arg.partition("=")
+        if key in flags:
+            if eq:
+                cli[flags[key]] = value
+            elif i + 1 < len(args):
+                cli[flags[key]] = args[i + 1]
+    if cli.get("config"):
+        yaml_values = _flatten_yaml(load_yaml(cli["config"]), cli["config"],
+                                    ("common", "task", "model", "criterion", "optimizer", "lr_scheduler",
+                                     "optimization", "checkpoint", "distributed", "logging", "generation"))
+        for n in names:
+            if yaml_values.get(n) is not None:
+                found[n] = str(yaml_values[n])
+    for n in names:
+        if cli.get(n) is not None:
+            found[n] = cli[n]
+    return found

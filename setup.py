@@ -1,0 +1,56 @@
+"""Installs nmt_toolkit and its command-line programs.
+
+The programs live in the top-level folder ``cli/`` of the repository but are installed as the
+subpackage ``nmt_toolkit.cli`` (see ``package_dir``), so no top-level package named ``cli`` ever
+lands in site-packages where it could shadow somebody else's.
+"""
+from setuptools import setup
+
+PROGRAMS = {
+    "nmt": "main",
+    "nmt-preprocess": "preprocess",
+    "nmt-train": "train",
+    "nmt-generate": "generate",
+    "nmt-interactive": "interactive",
+    "nmt-average-checkpoints": "average_checkpoints",
+    "nmt-score": "score",
+}
+
+setup(
+    name="nmt_toolkit",
+    version="0.1.0",
+    description="Transformer neural machine translation toolkit (Vaswani et al., 2017) with fairseq-style CLIs",
+    python_requires=">=3.10",
+    packages=[
+        "nmt_toolkit",
+        "nmt_toolkit.data",
+        "nmt_toolkit.modules",
+        "nmt_toolkit.models",
+        "nmt_toolkit.criterions",
+        "nmt_toolkit.optim",
+        "nmt_toolkit.training",
+        "nmt_toolkit.generation",
+        "nmt_toolkit.scoring",
+        "nmt_toolkit.tasks",
+        "nmt_toolkit.cli",
+    ],
+    package_dir={"nmt_toolkit.cli": "cli"},
+    install_requires=[
+        "torch>=2.2",
+        "numpy",
+        "sentencepiece",
+        "subword-nmt",
+        "sacrebleu>=2.0",
+        "click>=8.1",
+        "pyyaml",
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest"],
+        "viz": ["matplotlib"],
+        "tb": ["tensorboard"],
+    },
+    entry_points={
+        "console_scripts": [f"{prog} = nmt_toolkit.cli.{mod}:main" for prog, mod in PROGRAMS.items()],
+    },
+)
