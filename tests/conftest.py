@@ -1,0 +1,38 @@
+"""Shared test fixtures: where the real corpora live, and deterministic torch settings."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def shared_data_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    """The real corpora of ../shared/data; missing data skips, or fails under NMT_TOOLKIT_REQUIRE_DATA=1."""
+    path = shared_data_dir()
+    if not (path / "multi30k").is_dir():
+        if os.environ.get("NMT_TOOLKIT_REQUIRE_DATA") == "1":
+            pytest.fail(f"real test data not found at {path} (set NMT_TOOLKIT_TEST_DATA)")
+        pytest.skip(f"real test data not found at {path}")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    """Tests run on 2-core CI machines: keep torch from oversubscribing."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(min(2, before))
+    yield
+    torch.set_num_threads(before)
