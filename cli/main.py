@@ -44,6 +44,17 @@ def nmt():
     """
 
 
+def run(argv, prog: str = "nmt") -> int:
+    try:
+        nmt.main(args=list(argv), prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main() -> None:
     sys.exit(nmt.main(prog_name="nmt", standalone_mode=True))
 
