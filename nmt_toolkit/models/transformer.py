@@ -1,0 +1,332 @@
+"""The Transformer of "Attention Is All You Need" (section 3) and its named architectures.
+
+``TransformerModel.build_model(cfg, src_dict, tgt_dict)`` builds the model from a :class:`TransformerConfig`
+and the task's dictionaries; the model knows nothing of files. See ``docs/architecture.md`` (Model contract)
+for the interface the trainer and the beam search use, and :mod:`nmt_toolkit.modules.attention` for the
+layout of the incremental-decoding state.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nmt_toolkit.config import option
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.modules.attention import reorder_state
+from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncoderLayer
+from nmt_toolkit.modules.positional import build_positional_embedding
+from nmt_toolkit.registry import register_architecture, register_model
+
+UNBOUNDED_POSITIONS = 1_000_000  # sinusoidal encodings are computed for any length
+
+
+@dataclass
+class TransformerConfig:
+    """Options of the ``transformer`` model (Table 3 rows are reachable with these flags)."""
+
+    encoder_layers: int = option(6, "number of encoder layers (N)")
+    decoder_layers: int = option(6, "number of decoder layers (N)")
+    embed_dim: int = option(512, "model dimension d_model (embeddings and every sub-layer output)")
+    ffn_embed_dim: int = option(2048, "inner dimension d_ff of the position-wise feed-forward networks")
+    attention_heads: int = option(8, "number of attention heads (h)")
+    key_dim: Optional[int] = option(None, "per-head query/key dimension d_k [default: embed_dim / heads]")
+    value_dim: Optional[int] = option(None, "per-head value dimension d_v [default: embed_dim / heads]")
+    dropout: float = option(0.1, "dropout on sub-layer outputs and on embedding + position sums (P_drop)")
+    attention_dropout: float = option(0.0, "dropout on attention probabilities")
+    activation_dropout: float = option(0.0, "dropout after the feed-forward activation")
+    activation_fn: str = option("relu", "feed-forward activation", choices=["relu", "gelu"])
+    normalize_before: bool = option(False, "pre-norm layers x + Sublayer(LayerNorm(x)) with a final LayerNorm "
+                                           "(the paper uses post-norm)")
+    positional_embeddings: str = option("sinusoidal", "sinusoidal (section 3.5, any length) or learned "
+                                                      "(Table 3 row E)", choices=["sinusoidal", "learned"])
+    max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)")
+    share_all_embeddings: bool = option(False, "one matrix for encoder input, decoder input and pre-softmax "
+                                               "weights (needs a joined dictionary)")
+    share_decoder_input_output_embed: bool = option(False, "tie the decoder input embeddings and the "
+                                                           "pre-softmax weights")
+    no_scale_embedding: bool = option(False, "do not multiply embeddings by sqrt(d_model)")
+
+    def validate(self) -> None:
+        for name in ("encoder_layers", "decoder_layers", "embed_dim", "ffn_embed_dim", "attention_heads",
+                     "max_positions"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("key_dim", "value_dim"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        if (self.key_dim is None or self.value_dim is None) and self.embed_dim % self.attention_heads:
+            raise UsageError(f"--embed-dim {self.embed_dim} is not divisible by --attention-heads "
+                             f"{self.attention_heads}; set --key-dim and --value-dim explicitly")
+        if self.activation_fn not in ("relu", "gelu"):
+            raise UsageError(f"--activation-fn {self.activation_fn}: expected relu or gelu")
+        if self.positional_embeddings not in ("sinusoidal", "learned"):
+            raise UsageError(f"--positional-embeddings {self.positional_embeddings}: expected sinusoidal or learned")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
+
+
+def _embedding(num: int, dim: int, pad: int) -> nn.Embedding:
+    """Token embeddings, N(0, d^-0.5) with a zero padding row."""
+    emb = nn.Embedding(num, dim, padding_idx=pad)
+    nn.init.normal_(emb.weight, mean=0.0, std=dim ** -0.5)
+    with torch.no_grad():
+        emb.weight[pad].zero_()
+    return emb
+
+
+def _layer_kwargs(cfg: TransformerConfig) -> dict:
+    return dict(embed_dim=cfg.embed_dim, ffn_embed_dim=cfg.ffn_embed_dim, heads=cfg.attention_heads,
+                key_dim=cfg.key_dim, value_dim=cfg.value_dim, dropout=cfg.dropout,
+                attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+                activation_fn=cfg.activation_fn, normalize_before=cfg.normalize_before)
+
+
+class _Embedder(nn.Module):
+    """Token embedding × sqrt(d_model) + positional encoding, then dropout (section 3.4, 5.4)."""
+
+    def __init__(self, cfg: TransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(cfg.embed_dim)
+        self.embed_positions = build_positional_embedding(cfg.positional_embeddings, cfg.embed_dim,
+                                                          cfg.max_positions)
+        self.dropout = cfg.dropout
+
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        x = self.embed_tokens(tokens)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        x = x + self.embed_positions(tokens.size(1), offset, dtype=x.dtype)
+        return F.dropout(x, self.dropout, self.training) if self.training and self.dropout > 0 else x
+
+
+class TransformerEncoder(nn.Module):
+    def __init__(self, cfg: TransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.padding_idx = embed_tokens.padding_idx
+        self.embed = _Embedder(cfg, embed_tokens)
+        self.layers = nn.ModuleList(TransformerEncoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.encoder_layers))
+        self.layer_norm = nn.LayerNorm(cfg.embed_dim) if cfg.normalize_before else None
+
+    def forward(self, src_tokens: torch.Tensor, src_lengths: Optional[torch.Tensor] = None) -> dict:
+        padding_mask = src_tokens.eq(self.padding_idx)
+        mask = padding_mask if bool(padding_mask.any()) else None  # no mask: SDPA's fastest path
+        x = self.embed(src_tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return {"encoder_out": x, "encoder_padding_mask": padding_mask}
+
+
+class TransformerDecoder(nn.Module):
+    def __init__(self, cfg: TransformerConfig, embed_tokens: nn.Embedding, num_outputs: int, share_output: bool):
+        super().__init__()
+        self.embed = _Embedder(cfg, embed_tokens)
+        self.layers = nn.ModuleList(TransformerDecoderLayer(**_layer_kwargs(cfg)) for _ in range(cfg.decoder_layers))
+        self.layer_norm = nn.LayerNorm(cfg.embed_dim) if cfg.normalize_before else None
+        self.output_projection = None
+        if not share_output:
+            self.output_projection = nn.Linear(cfg.embed_dim, num_outputs, bias=False)
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.embed_dim ** -0.5)
+
+    def output_weight(self) -> torch.Tensor:
+        """The pre-softmax matrix [V, D] (the decoder embeddings when tied)."""
+        proj = self.output_projection
+        return self.embed.embed_tokens.weight if proj is None else proj.weight
+
+    def forward(self, prev_output_tokens: torch.Tensor, encoder_out: dict,
+                incremental_state: Optional[dict] = None, need_attn: bool = False):
+        offset = 0
+        if incremental_state is not None:  # only the newest position is computed
+            offset = prev_output_tokens.size(1) - 1
+            prev_output_tokens = prev_output_tokens[:, -1:]
+        enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+        if enc_mask is not None and not incremental_state and not bool(enc_mask.any()):  # once per source
+            enc_mask = None
+        x = self.embed(prev_output_tokens, offset)
+        attn = None
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x, layer_attn = layer(x, enc, enc_mask, incremental_state, need_attn=need_attn and i == last)
+            if layer_attn is not None:
+                attn = layer_attn.mean(dim=1)  # average over heads: [B, T, S]
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return F.linear(x, self.output_weight()), attn
+
+
+@register_model("transformer", config=TransformerConfig)
+class TransformerModel(nn.Module):
+    """Encoder–decoder Transformer; ``forward`` returns unnormalised logits ``[B, T, V]``."""
+
+    def __init__(self, cfg: TransformerConfig, encoder: TransformerEncoder, decoder: TransformerDecoder):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = encoder
+        self.decoder = decoder
+
+    @classmethod
+    def build_model(cls, cfg: TransformerConfig, src_dict, tgt_dict) -> "TransformerModel":
+        cfg.validate()
+        if cfg.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise UsageError(
+                    "--share-all-embeddings requires a joined dictionary (the source and target dictionaries "
+                    f"differ: {len(src_dict)} and {len(tgt_dict)} symbols); preprocess with --joined-dictionary "
+                    "or drop --share-all-embeddings")
+            enc_emb = dec_emb = _embedding(len(src_dict), cfg.embed_dim, src_dict.pad())
+        else:
+            enc_emb = _embedding(len(src_dict), cfg.embed_dim, src_dict.pad())
+            dec_emb = _embedding(len(tgt_dict), cfg.embed_dim, tgt_dict.pad())
+        share_output = cfg.share_all_embeddings or cfg.share_decoder_input_output_embed
+        encoder = TransformerEncoder(cfg, enc_emb)
+        decoder = TransformerDecoder(cfg, dec_emb, len(tgt_dict), share_output)
+        return cls(cfg, encoder, decoder)
+
+    # ------------------------------------------------------------------ the Model contract
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens) -> torch.Tensor:
+        encoder_out = self.forward_encoder(src_tokens, src_lengths)
+        return self.decoder(prev_output_tokens, encoder_out)[0]
+
+    def forward_encoder(self, src_tokens, src_lengths=None) -> dict:
+        """``{"encoder_out": [B, S, D], "encoder_padding_mask": [B, S] bool (True at pads)}``."""
+        return self.encoder(src_tokens, src_lengths)
+
+    def forward_decoder(self, prev_output_tokens, encoder_out: dict, incremental_state: Optional[dict] = None,
+                        need_attn: bool = False):
+        """``(logits, attn)``: logits ``[B, T, V]``, or ``[B, 1, V]`` for the last position only when an
+        ``incremental_state`` dict is given (filled on the first call, then grown one step per call).
+        ``attn`` is the last layer's encoder–decoder attention averaged over heads ``[B, T, S]`` when
+        ``need_attn``, else None."""
+        return self.decoder(prev_output_tokens, encoder_out, incremental_state, need_attn)
+
+    @staticmethod
+    def get_normalized_probs(logits: torch.Tensor, log_probs: bool = True) -> torch.Tensor:
+        """(Log-)softmax over the vocabulary, computed in float32."""
+        return F.log_softmax(logits.float(), dim=-1) if log_probs else F.softmax(logits.float(), dim=-1)
+
+    @staticmethod
+    def reorder_encoder_out(encoder_out: dict, new_order: torch.Tensor) -> dict:
+        return {k: (v.index_select(0, new_order) if isinstance(v, torch.Tensor) else v)
+                for k, v in encoder_out.items()}
+
+    @staticmethod
+    def reorder_incremental_state(incremental_state: dict, new_order: torch.Tensor) -> None:
+        """Reorder (in place) every cached key/value, self- and encoder–decoder attention alike."""
+        reorder_state(incremental_state, new_order)
+
+    def max_positions(self) -> tuple[int, int]:
+        return (self.encoder.embed.embed_positions.max_positions(),
+                self.decoder.embed.embed_positions.max_positions())
+
+    # ------------------------------------------------------------------ self-description
+
+    def num_parameters_by_component(self) -> dict[str, int]:
+        """Parameter counts per component; a shared matrix is counted once, under its first owner."""
+        shared_all = self.cfg.share_all_embeddings
+        tied_out = self.decoder.output_projection is None
+        names = {
+            "encoder.embed.embed_tokens": "embeddings (shared: encoder, decoder, output)" if shared_all
+            else "encoder embeddings",
+            "encoder.embed.embed_positions": "encoder positions (learned)",
+            "encoder.layers": "encoder layers",
+            "encoder.layer_norm": "encoder final LayerNorm",
+            "decoder.embed.embed_tokens": "decoder embeddings (shared with output)" if tied_out
+            else "decoder embeddings",
+            "decoder.embed.embed_positions": "decoder positions (learned)",
+            "decoder.layers": "decoder layers",
+            "decoder.layer_norm": "decoder final LayerNorm",
+            "decoder.output_projection": "output projection",
+        }
+        counts: dict[str, int] = {}
+        for name, p in self.named_parameters():  # yields a shared Parameter once
+            label = next((v for k, v in names.items() if name.startswith(k + ".")), name)
+            counts[label] = counts.get(label, 0) + p.numel()
+        return counts
+
+    def flops_per_target_token(self, src_len: int = 25, tgt_len: int = 25) -> float:
+        """Forward FLOPs (2 per multiply-add) per target token for a source of ``src_len`` and a target of
+        ``tgt_len`` tokens: every matmul, attention as the dense T×S products SDPA computes; the encoder is
+        shared by the ``tgt_len`` target tokens. LayerNorm, softmax and element-wise work are left out.
+        A training step (forward + backward) costs about 3× this."""
+        c = self.cfg
+        d, f, h = c.embed_dim, c.ffn_embed_dim, c.attention_heads
+        dk, dv = c.key_dim or d // h, c.value_dim or d // h
+        vocab = self.decoder.output_weight().size(0)
+        ffn = 4 * d * f
+        self_proj = 2 * d * h * (2 * dk + dv) + 2 * h * dv * d
+        enc_tok = self_proj + 2 * src_len * h * (dk + dv) + ffn  # per source token and layer
+        dec_tok = (self_proj + 2 * tgt_len * h * (dk + dv)  # masked self-attention
+                   + 2 * d * h * dk + 2 * h * dv * d + 2 * src_len * h * (dk + dv)  # enc-dec: Q, out, attention
+                   + 2 * d * h * (dk + dv) * src_len / tgt_len  # enc-dec K, V: once per source token
+                   + ffn)
+        return c.encoder_layers * enc_tok * src_len / tgt_len + c.decoder_layers * dec_tok + 2 * d * vocab
+
+
+# ---------------------------------------------------------------------- named architectures
+# Each runs on the dataclass defaults before --config YAML and explicit flags are applied.
+
+
+@register_architecture("transformer", "transformer_base")
+def transformer_base(cfg: TransformerConfig) -> None:
+    """Base model (Table 3): N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1."""
+    cfg.encoder_layers = cfg.decoder_layers = 6
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 512, 2048, 8
+    cfg.dropout = 0.1
+
+
+@register_architecture("transformer", "transformer_big")
+def transformer_big(cfg: TransformerConfig) -> None:
+    """Big model (Table 3): N=6, d_model=1024, d_ff=4096, h=16, d_k=d_v=64, P_drop=0.3 (en-de)."""
+    transformer_base(cfg)
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 1024, 4096, 16
+    cfg.dropout = 0.3
+
+
+@register_architecture("transformer", "transformer_big_enfr")
+def transformer_big_enfr(cfg: TransformerConfig) -> None:
+    """Big model for WMT14 en-fr: as transformer_big with P_drop=0.1 (section 6.1)."""
+    transformer_big(cfg)
+    cfg.dropout = 0.1
+
+
+@register_architecture("transformer", "transformer_parsing")
+def transformer_parsing(cfg: TransformerConfig) -> None:
+    """Constituency parsing (section 6.3): 4 layers, d_model=1024 as stated; our choices for what the paper
+    leaves open: d_ff=4096 and h=16 (the big model's ratios, d_k=d_v=64), dropout 0.3 and attention
+    dropout 0.1 (WSJ alone is small), sinusoidal positions (outputs are long)."""
+    cfg.encoder_layers = cfg.decoder_layers = 4
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 1024, 4096, 16
+    cfg.dropout, cfg.attention_dropout = 0.3, 0.1
+
+
+@register_architecture("transformer", "transformer_iwslt_de_en")
+def transformer_iwslt_de_en(cfg: TransformerConfig) -> None:
+    """fairseq's IWSLT'14 de-en model: N=6, d_model=512, d_ff=1024, h=4 (recipes add --dropout 0.3)."""
+    transformer_base(cfg)
+    cfg.ffn_embed_dim, cfg.attention_heads = 1024, 4
+
+
+@register_architecture("transformer", "transformer_small")
+def transformer_small(cfg: TransformerConfig) -> None:
+    """A small benchmark model: N=3, d_model=256, d_ff=1024, h=4 (compared with fairseq/CTranslate2)."""
+    cfg.encoder_layers = cfg.decoder_layers = 3
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 256, 1024, 4
+    cfg.dropout = 0.1
+
+
+@register_architecture("transformer", "transformer_tiny")
+def transformer_tiny(cfg: TransformerConfig) -> None:
+    """For tests and demos, trains on Multi30k in minutes on a laptop CPU: N=2, d_model=128, d_ff=512, h=4."""
+    cfg.encoder_layers = cfg.decoder_layers = 2
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 128, 512, 4
+    cfg.dropout = 0.1

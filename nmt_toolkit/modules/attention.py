@@ -1,0 +1,189 @@
+"""Multi-head attention (section 3.2) with its own d_k and d_v, and caches for incremental decoding.
+
+Tensors are batch-first: queries ``[B, T, D]``, keys/values ``[B, S, D]``. Heads are laid out as
+``[B, H, T, d]`` for :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+Incremental state (a plain dict owned by the caller, shared by all layers of one model; each attention
+module stores one entry under its own ``state_key``):
+
+- self-attention: ``{"k": [B, H, capacity, d_k], "v": [B, H, capacity, d_v], "len": int}`` — preallocated
+  buffers that grow by doubling; one step writes one column, so a sentence of T steps costs O(T) copies;
+- encoder–decoder attention: ``{"k": [B, H, S, d_k], "v": [B, H, S, d_v], "mask": [B, S] bool or None}``,
+  computed once from the encoder output at the first step (``mask`` is True at padded source positions).
+
+:func:`reorder_state` applies a beam reordering (``index_select`` on the batch dimension) to every entry.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ids = itertools.count()
+
+
+class MultiheadAttention(nn.Module):
+    """Eq. 1 per head, ``Attention(Q,K,V) = softmax(QK^T / sqrt(d_k)) V``, h heads, concatenated, projected.
+
+    ``self_attention=True`` fuses the Q, K and V projections into one matrix (one matmul per call); for
+    encoder–decoder attention Q is projected from the decoder and K, V (fused) from the encoder output.
+    The parameter count equals three separate ``Linear`` layers with biases.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, key_dim: Optional[int] = None,
+                 value_dim: Optional[int] = None, dropout: float = 0.0, self_attention: bool = True):
+        super().__init__()
+        if key_dim is None and embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by {num_heads} heads; set key_dim/value_dim")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.key_dim = key_dim or embed_dim // num_heads
+        self.value_dim = value_dim or embed_dim // num_heads
+        self.dropout = dropout
+        self.self_attention = self_attention
+        self.scaling = 1.0 / math.sqrt(self.key_dim)
+        hk, hv = num_heads * self.key_dim, num_heads * self.value_dim
+        self._split = (hk, hk, hv)
+        if self_attention:
+            self.in_proj = nn.Linear(embed_dim, 2 * hk + hv)
+        else:
+            self.q_proj = nn.Linear(embed_dim, hk)
+            self.kv_proj = nn.Linear(embed_dim, hk + hv)
+        self.out_proj = nn.Linear(hv, embed_dim)
+        self.state_key = f"attn{next(_ids)}"
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform per projection (Q, K, V initialised as if they were separate layers), zero biases."""
+        hk, _, hv = self._split
+        blocks = ([(self.in_proj, self._split)] if self.self_attention
+                  else [(self.q_proj, (hk,)), (self.kv_proj, (hk, hv))])
+        for layer, rows in blocks:
+            start = 0
+            for n in rows:
+                bound = math.sqrt(6.0 / (self.embed_dim + n))
+                nn.init.uniform_(layer.weight[start:start + n], -bound, bound)
+                start += n
+            nn.init.zeros_(layer.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    # ------------------------------------------------------------------ projections
+
+    def _heads(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """``[B, T, H*dim]`` → ``[B, H, T, dim]`` (a view)."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, dim).transpose(1, 2)
+
+    def _project_kv(self, source: torch.Tensor):
+        hk = self._split[0]
+        kv = self.kv_proj(source)
+        return self._heads(kv[..., :hk], self.key_dim), self._heads(kv[..., hk:], self.value_dim)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: Optional[torch.Tensor] = None,
+        key_padding_mask: Optional[torch.Tensor] = None,
+        causal: bool = False,
+        incremental_state: Optional[dict] = None,
+        need_weights: bool = False,
+    ):
+        """Attend from ``query`` [B, T, D] to ``key`` [B, S, D] (``None`` for self-attention).
+
+        ``key_padding_mask`` [B, S] is True at padded keys. ``causal`` masks future keys (full-sequence
+        decoder self-attention). With ``incremental_state``, self-attention appends this step's keys and
+        values to the cache (``query`` holds only the new positions) and encoder–decoder attention
+        projects ``key`` once and reuses it. Returns ``(output [B, T, D], probs [B, H, T, S] or None)``.
+        """
+        bsz, tgt_len, _ = query.shape
+        hk, _, hv = self._split
+        mask = key_padding_mask
+        if self.self_attention:
+            qkv = self.in_proj(query)
+            q = self._heads(qkv[..., :hk], self.key_dim)
+            k = self._heads(qkv[..., hk:2 * hk], self.key_dim)
+            v = self._heads(qkv[..., 2 * hk:], self.value_dim)
+            if incremental_state is not None:
+                k, v = self._append(incremental_state, k, v)
+                causal = causal and tgt_len > 1  # one new query may see every cached key
+        else:
+            q = self._heads(self.q_proj(query), self.key_dim)
+            if incremental_state is not None:
+                entry = incremental_state.get(self.state_key)
+                if entry is None:
+                    k, v = self._project_kv(key)
+                    entry = {"k": k, "v": v, "mask": key_padding_mask}
+                    incremental_state[self.state_key] = entry
+                k, v, mask = entry["k"], entry["v"], entry["mask"]
+            else:
+                k, v = self._project_kv(key)
+
+        if need_weights:
+            out, probs = self._attention_with_probs(q, k, v, mask, causal)
+        else:
+            attn_mask = None if mask is None else ~mask[:, None, None, :]
+            if causal and (attn_mask is not None or k.size(2) != tgt_len):
+                # SDPA's is_causal aligns top-left; queries at the end of a longer cache need bottom-right
+                attn_mask = _causal_keep(tgt_len, k.size(2), q.device) & (True if attn_mask is None else attn_mask)
+                causal = False
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal, scale=self.scaling)
+            probs = None
+        out = out.transpose(1, 2).reshape(bsz, tgt_len, hv)
+        return self.out_proj(out), probs
+
+    def _attention_with_probs(self, q, k, v, mask, causal):
+        """The explicit (slower) path that also returns the per-head probabilities."""
+        scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scaling  # [B, H, T, S]
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None, None, :], float("-inf"))
+        if causal:
+            scores = scores.masked_fill(~_causal_keep(scores.size(-2), scores.size(-1), q.device), float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        dropped = F.dropout(probs, self.dropout, self.training) if self.dropout > 0 else probs
+        return torch.matmul(dropped.to(v.dtype), v), probs
+
+    def _append(self, state: dict, k: torch.Tensor, v: torch.Tensor):
+        """Write this step's keys/values into the preallocated cache; return views of the filled part."""
+        entry = state.get(self.state_key)
+        new = k.size(2)
+        if entry is None:
+            cap = max(16, new)
+            bsz = k.size(0)
+            entry = {"k": k.new_empty(bsz, self.num_heads, cap, self.key_dim),
+                     "v": v.new_empty(bsz, self.num_heads, cap, self.value_dim), "len": 0}
+            state[self.state_key] = entry
+        length = entry["len"]
+        if length + new > entry["k"].size(2):
+            cap = max(2 * entry["k"].size(2), length + new)
+            for name in ("k", "v"):
+                old = entry[name]
+                grown = old.new_empty(old.size(0), old.size(1), cap, old.size(3))
+                grown[:, :, :length] = old[:, :, :length]
+                entry[name] = grown
+        entry["k"][:, :, length:length + new] = k
+        entry["v"][:, :, length:length + new] = v
+        entry["len"] = length + new
+        return entry["k"][:, :, :length + new], entry["v"][:, :, :length + new]
+
+
+def _causal_keep(tgt_len: int, src_len: int, device) -> torch.Tensor:
+    """[T, S] bool, True where query t (the last T of S positions) may attend to key s."""
+    return torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril_(src_len - tgt_len)
+
+
+def reorder_state(state: dict, new_order: torch.Tensor) -> None:
+    """Reorder every cached tensor of an incremental state along the batch dimension (beam search)."""
+    for entry in state.values():
+        if not isinstance(entry, dict):
+            continue
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                entry[name] = value.index_select(0, new_order)

@@ -1,0 +1,85 @@
+"""Positional encodings (section 3.5 of the paper, and the learned variant of Table 3 row E).
+
+Sequences are right-padded, so the first real token of every sentence is at position 0 and positions are
+simply ``offset + arange(T)``; what is added at padded positions never reaches real positions (padded keys
+are masked in attention).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nmt_toolkit.errors import UsageError
+
+
+def sinusoidal_table(num_positions: int, dim: int, offset: int = 0) -> torch.Tensor:
+    """Section 3.5, written out, interleaved as in the paper (float32, ``[num_positions, dim]``)::
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+    Computed in float64 so that large positions keep full float32 accuracy.
+    """
+    pos = torch.arange(offset, offset + num_positions, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # 2i for i = 0 .. ceil(d/2)-1
+    angle = pos / torch.pow(10000.0, two_i / dim)  # [P, ceil(d/2)]
+    table = torch.empty(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    return table.float()
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """The fixed encoding of section 3.5 for any length: the table is cached and extended on demand."""
+
+    def __init__(self, dim: int, init_size: int = 256):
+        super().__init__()
+        self.dim = dim
+        self.register_buffer("table", sinusoidal_table(init_size, dim), persistent=False)
+
+    def forward(self, length: int, offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Encodings of positions ``offset .. offset+length-1``: ``[length, dim]``."""
+        end = offset + length
+        if end > self.table.size(0):
+            size = max(end, 2 * self.table.size(0))
+            self.table = sinusoidal_table(size, self.dim).to(self.table.device)
+        out = self.table[offset:end]
+        return out if dtype is None else out.to(dtype)
+
+    def max_positions(self) -> int:
+        return int(1e6)  # unbounded in principle; a large number keeps callers' min() simple
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A learned table of ``max_positions`` rows (Table 3 row E), initialised N(0, d^-0.5)."""
+
+    def __init__(self, max_positions: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, dim))
+        nn.init.normal_(self.weight, mean=0.0, std=dim ** -0.5)
+
+    def forward(self, length: int, offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+        end = offset + length
+        if end > self.weight.size(0):
+            raise UsageError(
+                f"sequence of {end} positions is longer than the learned positional table "
+                f"(--max-positions {self.weight.size(0)}); raise --max-positions or use "
+                f"--positional-embeddings sinusoidal"
+            )
+        out = self.weight[offset:end]
+        return out if dtype is None else out.to(dtype)
+
+    def max_positions(self) -> int:
+        return self.weight.size(0)
+
+
+def build_positional_embedding(kind: str, dim: int, max_positions: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEmbedding(dim)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(max_positions, dim)
+    raise UsageError(f"--positional-embeddings {kind}: expected sinusoidal or learned")
+
+
+__all__ = ["sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
+           "build_positional_embedding"]
