@@ -1,0 +1,329 @@
+"""Batched beam search over incremental decoding (SequenceGenerator) and teacher-forced scoring.
+
+All beams of all sentences of a batch form one decoder batch of ``bsz * beam`` rows. The encoder runs once.
+Each step: log_softmax (fp32) of the last position → add the cumulative scores → top ``2*beam`` over
+beam×V per sentence (twice the beam, so that ``beam`` non-EOS candidates remain when some end) → the
+EOS candidates among the first ``beam`` are *finalized* → the first ``beam`` non-EOS candidates continue
+→ one ``index_select`` per cached tensor reorders the incremental state (the same index also drops the
+sentences that are done, so the batch shrinks as sentences finish).
+
+Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
+``sum log p(y_t | y_<t, x) / lp(|Y|)`` with the GNMT length penalty ``lp(n) = ((5 + n) / 6) ** alpha``
+(the paper's, ``lenpen_style="gnmt"``) or fairseq's ``n ** alpha``. Hypotheses are ranked by that score;
+scores are natural logs here (the printers divide by ln 2).
+
+Length limits. At most ``max_len = min(a * src_len + b, max_target_positions - 1)`` tokens before the
+EOS, per sentence; EOS is forced at step ``max_len`` and forbidden before step ``min_len``.
+
+Early stopping (``early_stop="bound"``, the rule of tensor2tensor's beam search): a sentence is done when
+it holds ``beam`` finished hypotheses and no active one can still beat the worst of them. An active
+hypothesis with cumulative log-probability ``c <= 0`` after ``L`` tokens can only end with a score
+``c' <= c`` at a length ``n`` in ``[L+1, max_len+1]``, so its final score is at most
+``c / max(lp(L+1), lp(max_len+1))`` (for alpha > 0 the penalty grows with length, and dividing a negative
+score by a larger penalty raises it: the bound uses the longest possible length). When the worst kept
+score is >= the best active bound, nothing can change the result and the sentence leaves the batch.
+Finished hypotheses are kept as the best ``beam`` seen (a better late one replaces the worst).
+``early_stop="beam"`` is fairseq's rule: done as soon as ``beam`` hypotheses have finished. Greedy
+decoding (``beam=1``) and sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop
+(argmax until EOS).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+
+from nmt_toolkit.generation.ensemble import EnsembleModel
+from nmt_toolkit.generation.sampling import sample_candidates
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha: float, style: str = "gnmt"):
+    """lp(|Y|): GNMT's ((5+|Y|)/6)^alpha (the paper's) or fairseq's |Y|^alpha; works on floats and tensors."""
+    if style == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if style == "fairseq":
+        return length ** alpha
+    raise ValueError(f"unknown length penalty style {style!r} (choices: gnmt, fairseq)")
+
+
+class SequenceGenerator:
+    """Beam search / greedy / sampling over one model or an ensemble (see the module docstring)."""
+
+    def __init__(self, models: Sequence[torch.nn.Module] | torch.nn.Module, tgt_dict, beam_size: int = 4,
+                 max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1, lenpen: float = 0.6,
+                 lenpen_style: str = "gnmt", unkpen: float = 0.0, nbest: int = 1, no_repeat_ngram_size: int = 0,
+                 early_stop: str = "bound", sampling: bool = False, sampling_topk: int = -1,
+                 sampling_topp: float = -1.0, temperature: float = 1.0, seed: Optional[int] = None):
+        if isinstance(models, torch.nn.Module) and not isinstance(models, EnsembleModel):
+            models = [models]
+        self.model = models if isinstance(models, EnsembleModel) else EnsembleModel(list(models))
+        self.model.eval()
+        self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
+        self.vocab_size = len(tgt_dict)
+        self.beam_size, self.nbest = beam_size, nbest
+        self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
+        self.lenpen, self.lenpen_style, self.unkpen = lenpen, lenpen_style, unkpen
+        self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.early_stop = "beam" if (beam_size == 1 or sampling) else early_stop
+        self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
+        self.temperature = temperature
+        self.generator = None
+        if sampling and seed is not None:
+            self.generator = torch.Generator(device=self._device())
+            self.generator.manual_seed(seed)
+        length_penalty(1.0, lenpen, lenpen_style)  # validates the style
+
+    @classmethod
+    def from_config(cls, models, tgt_dict, cfg: Any, seed: Optional[int] = None) -> "SequenceGenerator":
+        """Build from a :class:`~nmt_toolkit.generation.config.GenerationConfig`."""
+        return cls(models, tgt_dict, beam_size=cfg.beam, max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b,
+                   min_len=cfg.min_len, lenpen=cfg.lenpen, lenpen_style=cfg.lenpen_style, unkpen=cfg.unkpen,
+                   nbest=cfg.nbest, no_repeat_ngram_size=cfg.no_repeat_ngram_size, early_stop=cfg.early_stop,
+                   sampling=cfg.sampling, sampling_topk=cfg.sampling_topk, sampling_topp=cfg.sampling_topp,
+                   temperature=cfg.temperature, seed=seed)
+
+    def _device(self) -> torch.device:
+        p = next(self.model.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def lp(self, length):
+        return length_penalty(length, self.lenpen, self.lenpen_style)
+
+    # ------------------------------------------------------------------ search
+    @torch.inference_mode()
+    def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+                 prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False) -> list[list[dict]]:
+        """Translate a batch; returns per sentence (batch order) the ``nbest`` best hypotheses, best first.
+
+        A hypothesis is ``{"tokens": LongTensor (EOS last), "score": float (ln, length-penalised),
+        "positional_scores": FloatTensor (ln p per token), "attention": FloatTensor [|Y|, src_len] or None,
+        "alignment": LongTensor [|Y|-1] (argmax source position per token) or None}``.
+        """
+        model, k, eos, pad = self.model, self.beam_size, self.eos, self.pad
+        bsz, src_len = src_tokens.shape
+        dev = src_tokens.device
+        max_tgt = model.max_positions()[1]
+        max_len = (self.max_len_a * src_lengths.double() + self.max_len_b).long()
+        max_len = max_len.clamp(min=max(self.min_len, 1), max=max(max_tgt - 1, 1)).to(dev)
+        steps = int(max_len.max())
+
+        encoder_outs = model.forward_encoder(src_tokens, src_lengths)
+        encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
+        states: list[dict] = [{} for _ in model.models]
+
+        tokens = torch.full((bsz * k, steps + 2), pad, dtype=torch.long, device=dev)
+        tokens[:, 0] = eos
+        scores = torch.zeros(bsz * k, steps + 1, device=dev)  # cumulative log-probs after each step
+        attn = torch.zeros(bsz * k, steps + 2, src_len, device=dev) if need_attn else None
+        prefix_rows = prefix_tokens.repeat_interleave(k, dim=0) if prefix_tokens is not None else None
+
+        fin = {"scores": torch.full((bsz, k), NEG_INF, device=dev),
+               "tokens": torch.full((bsz, k, steps + 2), pad, dtype=torch.long, device=dev),
+               "cum": torch.zeros(bsz, k, steps + 1, device=dev),
+               "length": torch.zeros(bsz, k, dtype=torch.long, device=dev)}
+        if need_attn:
+            fin["attn"] = torch.zeros(bsz, k, steps + 2, src_len, device=dev)
+
+        sent_ids = torch.arange(bsz, device=dev)  # original index of each active sentence
+        sent_max = max_len.clone()
+        not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=dev)
+        not_eos[eos] = False
+        beam_offsets = torch.arange(bsz, device=dev).unsqueeze(1) * k
+        n = bsz
+        for step in range(steps + 1):
+            lprobs, step_attn = model.log_probs(tokens[:, : step + 1], encoder_outs, states,
+                                                temperature=self.temperature, need_attn=need_attn)
+            lprobs = self._constrain(lprobs, tokens, step, sent_max.repeat_interleave(k), prefix_rows)
+            if attn is not None and step_attn is not None:
+                attn[:, step + 1, : step_attn.size(-1)] = step_attn
+            vocab = lprobs.size(-1)
+
+            # ---- candidates: 2k per sentence over beam x V
+            if self.sampling:
+                prev = None if step == 0 else scores[:, step - 1]
+                cand_scores, cand_idx = sample_candidates(lprobs, prev, n, k, self.sampling_topk,
+                                                          self.sampling_topp, self.generator)
+            else:
+                if step == 0:
+                    flat = lprobs.view(n, k, vocab)[:, 0]  # all beams are the same sentence start
+                else:
+                    flat = (lprobs.view(n, k, vocab) + scores[:, step - 1].view(n, k, 1)).view(n, k * vocab)
+                if flat.size(1) < 2 * k:
+                    flat = torch.nn.functional.pad(flat, (0, 2 * k - flat.size(1)), value=NEG_INF)
+                cand_scores, cand_idx = flat.topk(2 * k, dim=1)
+            cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")
+            cand_tokens = cand_idx - cand_beams * vocab
+            cand_rows = cand_beams + beam_offsets[:n]
+            eos_mask = (cand_tokens == eos) & (cand_scores > NEG_INF)
+
+            # ---- finalize EOS candidates among the first k (vectorised over sentences)
+            fin_mask = eos_mask[:, :k]
+            if bool(fin_mask.any()):
+                self._finalize(fin, fin_mask, cand_rows[:, :k], cand_scores[:, :k], tokens, scores, attn,
+                               sent_ids, step)
+
+            # ---- the first k non-EOS candidates continue
+            ncand = cand_scores.size(1)
+            order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
+            active = order_key.topk(k, dim=1, largest=False).values
+            active = active.clamp(max=ncand - 1)
+            act_scores = cand_scores.gather(1, active)
+            act_rows = cand_rows.gather(1, active)
+            act_tokens = cand_tokens.gather(1, active)
+
+            done = self._done(fin, sent_ids, act_scores, sent_max, step)
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                act_scores, act_rows, act_tokens = act_scores[keep], act_rows[keep], act_tokens[keep]
+                sent_ids, sent_max = sent_ids[keep], sent_max[keep]
+                enc_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=dev)).view(-1)
+                encoder_outs = model.reorder_encoder_out(encoder_outs, enc_rows)
+                if prefix_rows is not None:
+                    prefix_rows = prefix_rows.index_select(0, enc_rows)
+                n = keep.numel()
+            new_order = act_rows.view(-1)
+            tokens = tokens.index_select(0, new_order)
+            tokens[:, step + 1] = act_tokens.view(-1)
+            scores = scores.index_select(0, new_order)
+            scores[:, step] = act_scores.view(-1)
+            if attn is not None:
+                attn = attn.index_select(0, new_order)
+            model.reorder_incremental_state(states, new_order)
+        return self._collect(fin, src_lengths)
+
+    def _constrain(self, lprobs, tokens, step, row_max, prefix_rows):
+        """Apply pad ban, <unk> penalty, min/max length, forced prefix and the no-repeat-n-gram ban."""
+        lprobs[:, self.pad] = NEG_INF
+        if self.unkpen:
+            lprobs[:, self.unk] -= self.unkpen
+        if step < self.min_len:
+            lprobs[:, self.eos] = NEG_INF
+        at_max = row_max <= step
+        if bool(at_max.any()):
+            banned = at_max.unsqueeze(1) & (torch.arange(lprobs.size(1), device=lprobs.device) != self.eos)
+            lprobs = lprobs.masked_fill(banned, NEG_INF)
+        if prefix_rows is not None and step < prefix_rows.size(1):
+            ptok = prefix_rows[:, step]
+            forced = ptok != self.pad
+            if bool(forced.any()):
+                kept = lprobs.gather(1, ptok.unsqueeze(1))
+                only = torch.full_like(lprobs, NEG_INF).scatter_(1, ptok.unsqueeze(1), kept)
+                lprobs = torch.where(forced.unsqueeze(1), only, lprobs)
+        ng = self.no_repeat_ngram_size
+        if ng > 0 and step + 1 >= ng:
+            seq = tokens[:, : step + 1]
+            windows = seq.unfold(1, ng, 1)  # [rows, W, ng]: every complete n-gram so far
+            last = seq[:, step + 2 - ng:].unsqueeze(1) if ng > 1 else seq[:, :0].unsqueeze(1)
+            match = (windows[:, :, : ng - 1] == last).all(dim=2)  # n-grams starting like the current suffix
+            banned_tok = torch.where(match, windows[:, :, ng - 1], torch.full_like(match, self.pad, dtype=torch.long))
+            lprobs = lprobs.scatter(1, banned_tok, NEG_INF)
+        return lprobs
+
+    def _finalize(self, fin, fin_mask, rows, cand_scores, tokens, scores, attn, sent_ids, step):
+        """Merge this step's EOS hypotheses into each sentence's best-``beam`` finished set."""
+        k = self.beam_size
+        sel = fin_mask.any(dim=1).nonzero().squeeze(1)
+        orig = sent_ids[sel]
+        rows, mask, c = rows[sel], fin_mask[sel], cand_scores[sel]
+        length = step + 1
+        new_scores = torch.where(mask, c / self.lp(float(length)), torch.full_like(c, NEG_INF))
+        flat_rows = rows.reshape(-1)
+        new_tokens = tokens.index_select(0, flat_rows).view(len(sel), k, -1)
+        new_tokens[:, :, step + 1] = self.eos
+        new_cum = scores.index_select(0, flat_rows).view(len(sel), k, -1).clone()
+        new_cum[:, :, step] = c
+        new_cum[:, :, step + 1:] = 0
+        all_scores = torch.cat([fin["scores"][orig], new_scores], dim=1)
+        best, pick = all_scores.topk(k, dim=1)
+
+        def merge(old, new):
+            both = torch.cat([old, new], dim=1)
+            idx = pick.view(pick.shape + (1,) * (both.dim() - 2)).expand((-1, -1) + both.shape[2:])
+            return both.gather(1, idx)
+
+        fin["tokens"][orig] = merge(fin["tokens"][orig], new_tokens)
+        fin["cum"][orig] = merge(fin["cum"][orig], new_cum)
+        fin["length"][orig] = merge(fin["length"][orig], torch.full_like(pick, length))
+        if "attn" in fin and attn is not None:
+            new_attn = attn.index_select(0, flat_rows).view((len(sel), k) + attn.shape[1:])
+            fin["attn"][orig] = merge(fin["attn"][orig], new_attn)
+        fin["scores"][orig] = best
+
+    def _done(self, fin, sent_ids, act_scores, sent_max, step) -> torch.Tensor:
+        """Which active sentences can stop after this step (the rule in the module docstring)."""
+        fin_scores = fin["scores"].index_select(0, sent_ids)
+        worst = fin_scores[:, -1]
+        full = worst > NEG_INF
+        best_active = act_scores.max(dim=1).values
+        if self.early_stop == "beam":
+            done = full
+        elif self.lenpen == 0:
+            done = full & (worst >= best_active)
+        else:
+            longest = sent_max.double() + 1
+            bound_lp = torch.maximum(self.lp(longest), torch.full_like(longest, self.lp(float(step + 2))))
+            done = full & (worst.double() >= best_active.double() / bound_lp)
+        return done | (sent_max <= step) | (best_active == NEG_INF)
+
+    def _collect(self, fin, src_lengths) -> list[list[dict]]:
+        scores = fin["scores"].cpu()
+        tokens, cum, length = fin["tokens"].cpu(), fin["cum"].cpu(), fin["length"].cpu()
+        attn = fin["attn"].cpu() if "attn" in fin else None
+        pos = cum.clone()
+        pos[:, :, 1:] -= cum[:, :, :-1]
+        out = []
+        for i in range(scores.size(0)):
+            hyps = []
+            for j in range(self.nbest):
+                s = float(scores[i, j])
+                if s == NEG_INF and hyps:
+                    break
+                n = int(length[i, j])
+                hyp = {"tokens": tokens[i, j, 1 : n + 1].clone(), "score": s,
+                       "positional_scores": pos[i, j, :n].clone(), "attention": None, "alignment": None}
+                if n == 0:  # nothing finished (every path was forbidden): an empty output
+                    hyp["tokens"] = torch.tensor([self.eos])
+                    hyp["positional_scores"] = torch.tensor([NEG_INF])
+                if attn is not None and n > 0:
+                    a = attn[i, j, 1 : n + 1, : int(src_lengths[i])]
+                    hyp["attention"] = a.clone()
+                    hyp["alignment"] = a[:-1].argmax(dim=1) if n > 1 else torch.zeros(0, dtype=torch.long)
+                hyps.append(hyp)
+            out.append(hyps)
+        return out
+
+    # ------------------------------------------------------------------ teacher forcing
+    @torch.inference_mode()
+    def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
+                        need_attn: bool = False) -> list[list[dict]]:
+        """Teacher-forced scores of ``target`` ([B, T], right-padded, EOS-terminated), normalised exactly
+        as the search's scores (sum of ln p over tokens incl. EOS, divided by lp(|Y|)); same output layout."""
+        model, pad = self.model, self.pad
+        prev = torch.full_like(target, pad)
+        prev[:, 0] = self.eos
+        prev[:, 1:] = target[:, :-1]
+        prev = prev.masked_fill(prev == pad, pad)
+        encoder_outs = model.forward_encoder(src_tokens, src_lengths)
+        lprobs, attn = model.log_probs(prev, encoder_outs, None, temperature=self.temperature,
+                                       need_attn=need_attn, last_only=False)
+        tok_lp = lprobs.gather(2, target.unsqueeze(2)).squeeze(2)
+        nonpad = target != pad
+        tok_lp = tok_lp.masked_fill(~nonpad, 0.0)
+        lengths = nonpad.sum(1)
+        totals = tok_lp.sum(1) / self.lp(lengths.double()).float()
+        out = []
+        for i in range(target.size(0)):
+            n = int(lengths[i])
+            hyp = {"tokens": target[i, :n].cpu(), "score": float(totals[i]),
+                   "positional_scores": tok_lp[i, :n].float().cpu(), "attention": None, "alignment": None}
+            if need_attn and attn is not None:
+                a = attn[i, :n, : int(src_lengths[i])].float().cpu()
+                hyp["attention"] = a
+                hyp["alignment"] = a[:-1].argmax(dim=1)
+            out.append([hyp])
+        return out

@@ -1,0 +1,48 @@
+"""Options of the search (beam, length penalty, sampling…), shared by nmt-generate and nmt-interactive."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import option
+from nmt_toolkit.errors import UsageError
+
+
+@dataclass
+class GenerationConfig:
+    """How hypotheses are searched and scored (fairseq's flag names)."""
+
+    path: Optional[str] = option(None, "checkpoint(s) to decode with; several separated by ':' form an ensemble",
+                                 metavar="FILE[:FILE…]")
+    beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)")
+    nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)")
+    lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation")
+    lenpen_style: str = option("gnmt", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha",
+                               choices=("gnmt", "fairseq"))
+    max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)")
+    max_len_b: int = option(50, "see --max-len-a (parsing uses 300)")
+    min_len: int = option(1, "minimum output length (EOS excluded)")
+    unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it)")
+    no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)")
+    prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix")
+    early_stop: str = option(
+        "bound", "bound: a sentence stops when no active hypothesis can beat its worst kept finished one "
+                 "(T2T's rule); beam: as soon as it has --beam finished hypotheses (fairseq's)",
+        choices=("bound", "beam"))
+    sampling: bool = option(False, "sample instead of beam search")
+    sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)")
+    sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)")
+    temperature: float = option(1.0, "divide the logits by this before the softmax")
+    score_reference: bool = option(False, "score the references (teacher forced) instead of searching")
+
+    def validate(self) -> None:
+        if self.beam < 1:
+            raise UsageError(f"--beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise UsageError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
+        if self.temperature <= 0:
+            raise UsageError(f"--temperature must be > 0, got {self.temperature}")
+        if self.sampling_topp > 1:
+            raise UsageError(f"--sampling-topp must be <= 1, got {self.sampling_topp}")
+        if self.no_repeat_ngram_size < 0 or self.prefix_size < 0 or self.min_len < 0:
+            raise UsageError("--no-repeat-ngram-size, --prefix-size and --min-len must be >= 0")
