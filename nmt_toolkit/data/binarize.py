@@ -1,0 +1,470 @@
+"""``nmt-preprocess``'s library half: text files → dictionaries, subword model and ``.bin/.idx`` shards.
+
+Pipeline (:func:`preprocess`):
+
+1. every input file is scanned once: line count, strict UTF-8 check (the error names file and line), and
+   line-aligned byte ranges ("chunks") for the workers;
+2. optionally one joint subword model is learned on both training sides (or ``--bpe-model`` is reused);
+3. dictionaries are counted from the (encoded) training text, chunk by chunk in ``--workers`` processes;
+4. every split is binarized chunk by chunk; chunks are contiguous and written in file order, so the output
+   is byte-identical for any number of workers; only one chunk per worker is ever in memory.
+
+Everything is written into a temporary folder beside ``destdir`` and moved in at the end, so an error leaves
+``destdir`` as it was. Layout with ``--num-shards K`` (K > 1)::
+
+    destdir/dict.<src>.txt dict.<tgt>.txt preprocess.json [spm.model | bpe.codes]
+    destdir/valid.<src>-<tgt>.<lang>.{bin,idx}   destdir/test.<src>-<tgt>.<lang>.{bin,idx}
+    destdir/shard0/train.<src>-<tgt>.<lang>.{bin,idx} … destdir/shard<K-1>/…
+
+(shard ``k`` holds the contiguous lines ``[k·N/K, (k+1)·N/K)``); with K = 1 ``train.*`` sits at the top.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from nmt_toolkit.config import option
+from nmt_toolkit.data import subword
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
+from nmt_toolkit.errors import DataError, UsageError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PreprocessConfig:
+    source_lang: Optional[str] = option(None, "source language (file suffix), e.g. en", metavar="LANG")
+    target_lang: Optional[str] = option(None, "target language (file suffix), e.g. de", metavar="LANG")
+    trainpref: Optional[str] = option(None, "training files prefix: reads PREFIX.<src> and PREFIX.<tgt>", metavar="PREFIX")
+    validpref: Optional[str] = option(None, "validation files prefix(es), comma-separated (valid, valid1, …)", metavar="PREFIX")
+    testpref: Optional[str] = option(None, "test files prefix(es), comma-separated (test, test1, …)", metavar="PREFIX")
+    destdir: str = option("data-bin", "output folder", metavar="DIR")
+    joined_dictionary: bool = option(False, "one dictionary for both languages (written as both dict files)")
+    srcdict: Optional[str] = option(None, "reuse this source dictionary instead of building one", metavar="FILE")
+    tgtdict: Optional[str] = option(None, "reuse this target dictionary instead of building one", metavar="FILE")
+    thresholdsrc: int = option(0, "drop source symbols seen fewer times than this")
+    thresholdtgt: int = option(0, "drop target symbols seen fewer times than this")
+    nwordssrc: int = option(-1, "keep at most this many source symbols (-1: all)")
+    nwordstgt: int = option(-1, "keep at most this many target symbols (-1: all)")
+    padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)")
+    workers: int = option(1, "parallel processes for counting and binarizing (output is identical for any N)")
+    bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
+                                choices=list(subword.KINDS))
+    bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)")
+    bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)")
+    bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
+                                      metavar="FILE")
+    num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)")
+    overwrite: bool = option(False, "replace the dictionaries of an existing destdir that differ from the new ones")
+    no_progress_bar: bool = option(False, "no progress bar on stderr")
+
+    def validate(self) -> None:
+        if not self.source_lang or not self.target_lang:
+            raise UsageError("--source-lang and --target-lang are required")
+        if self.source_lang == self.target_lang:
+            raise UsageError(f"--source-lang and --target-lang are both {self.source_lang!r}")
+        if self.workers < 1:
+            raise UsageError(f"--workers must be ≥ 1, got {self.workers}")
+        if self.num_shards < 1:
+            raise UsageError(f"--num-shards must be ≥ 1, got {self.num_shards}")
+        if self.padding_factor < 1:
+            raise UsageError(f"--padding-factor must be ≥ 1, got {self.padding_factor}")
+        if not self.trainpref and not (self.srcdict and (self.tgtdict or self.joined_dictionary)):
+            raise UsageError("--trainpref is required unless dictionaries are given with --srcdict/--tgtdict")
+        if self.bpe and not self.trainpref and not self.bpe_model:
+            raise UsageError("--bpe needs --trainpref to learn a model, or --bpe-model to reuse one")
+        if self.bpe_model and not self.bpe:
+            raise UsageError("--bpe-model needs --bpe sentencepiece|subword_nmt to say what kind of model it is")
+        if self.bpe == "sentencepiece" and self.bpe_vocab_size < 8 and not self.bpe_model:
+            raise UsageError(f"--bpe-vocab-size must be ≥ 8, got {self.bpe_vocab_size}")
+
+
+# ------------------------------------------------------------------------------------------ scanning
+
+
+@dataclass
+class FileScan:
+    path: str
+    lines: int
+    chunks: list  # (start byte, end byte, first line number (0-based), line count)
+
+
+def scan_file(path: str, chunk_bytes: int) -> FileScan:
+    """Count lines, check UTF-8 strictly, and cut the file into line-aligned chunks of ~``chunk_bytes``."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    chunks = []
+    line = 0
+    pos = 0
+    carry = b""
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    with handle:
+        while True:
+            block = handle.read(chunk_bytes)
+            data = carry + block
+            if not block:  # end of file: whatever is left is the last line (no trailing newline)
+                cut = len(data)
+            else:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+            piece, carry = data[:cut], data[cut:]
+            if piece:
+                try:
+                    piece.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad = line + piece.count(b"\n", 0, exc.start) + 1
+                    col = exc.start - piece.rfind(b"\n", 0, exc.start)
+                    raise DataError(f"{path} line {bad}: invalid UTF-8 ({exc.reason} at byte {col})") from None
+                n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
+                chunks.append((pos, pos + len(piece), line, n))
+                line += n
+                pos += len(piece)
+            if not block:
+                break
+    return FileScan(path, line, chunks)
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+_W: dict[str, Any] = {}  # per-process state set by the pool initializer: codec, dictionaries
+
+
+def _init_worker(codec_kind: Optional[str], codec_path: Optional[str], dicts: Optional[dict]) -> None:
+    _W["codec"] = subword.load_codec(codec_kind, codec_path) if codec_kind else None
+    _W["dicts"] = dicts
+
+
+def _read_lines(path: str, start: int, end: int) -> list[str]:
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        text = handle.read(end - start).decode("utf-8")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:
+        lines = [l.rstrip("\r") for l in lines]
+    return lines
+
+
+def _tokenized(lines: list[str]) -> Iterator[list[str]]:
+    codec = _W.get("codec")
+    if codec is None:
+        return map(str.split, lines)
+    return iter(codec.encode_pieces_batch(lines))
+
+
+def _count_chunk(task) -> Counter:
+    path, start, end = task
+    counts: Counter = Counter()
+    counts.update(chain.from_iterable(_tokenized(_read_lines(path, start, end))))
+    return counts
+
+
+def _binarize_chunk(task):
+    """Ids of a chunk's lines back to back (EOS appended to each), their sizes, and the <unk> count."""
+    path, start, end, lang, dtype = task
+    d: Dictionary = _W["dicts"][lang]
+    get = d.indices.__getitem__
+    eos = d.eos_index
+    flat: list[int] = []
+    sizes: list[int] = []
+    extend, append, add_size = flat.extend, flat.append, sizes.append
+    for toks in _tokenized(_read_lines(path, start, end)):
+        extend(map(get, toks))
+        append(eos)
+        add_size(len(toks) + 1)
+    ids = np.array(flat, dtype=dtype)
+    return ids, np.array(sizes, dtype=np.int32), int(np.count_nonzero(ids == d.unk_index))
+
+
+class _Runner:
+    """Maps a chunk function over tasks in order, in-process (workers=1) or in a pool."""
+
+    def __init__(self, workers: int, init_args: tuple):
+        self.workers = workers
+        self.init_args = init_args
+        self.pool = None
+
+    def __enter__(self):
+        if self.workers > 1:
+            self.pool = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn").Pool(
+                self.workers, initializer=_init_worker, initargs=self.init_args)
+        else:
+            _init_worker(*self.init_args)
+        return self
+
+    def map(self, fn: Callable, tasks: Sequence) -> Iterator:
+        if self.pool is None:
+            return map(fn, tasks)
+        return self.pool.imap(fn, tasks)
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate() if exc[0] else self.pool.close()
+            self.pool.join()
+        _W.clear()
+
+
+def _progress(total: int, desc: str, disable: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr, leave=False,
+                disable=disable or None)
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def _split_prefixes(cfg: PreprocessConfig) -> list[tuple[str, str]]:
+    splits = []
+    if cfg.trainpref:
+        splits.append(("train", cfg.trainpref))
+    for name, prefs in (("valid", cfg.validpref), ("test", cfg.testpref)):
+        for k, pref in enumerate(p for p in (prefs or "").split(",") if p):
+            splits.append((name if k == 0 else f"{name}{k}", pref))
+    return splits
+
+
+def _chunk_bytes(paths: Sequence[str], workers: int) -> int:
+    biggest = max((os.path.getsize(p) for p in paths if os.path.isfile(p)), default=0)
+    return int(min(4 << 20, max(256 << 10, biggest // max(1, 4 * workers))))
+
+
+class _ShardWriter:
+    """Routes consecutive lines to shard builders by line number (contiguous ranges)."""
+
+    def __init__(self, prefixes: list[str], bounds: list[int], dtype):
+        self.builders = [IndexedDatasetBuilder(p, dtype) for p in prefixes]
+        self.bounds = bounds  # shard k holds lines [bounds[k], bounds[k+1])
+
+    def add(self, first_line: int, ids: np.ndarray, sizes: np.ndarray) -> None:
+        ends = np.cumsum(sizes, dtype=np.int64)
+        starts = ends - sizes
+        n = len(sizes)
+        for k, builder in enumerate(self.builders):
+            lo = max(self.bounds[k], first_line) - first_line
+            hi = min(self.bounds[k + 1], first_line + n) - first_line
+            if lo < hi:
+                builder.add_chunk(ids[starts[lo]: ends[hi - 1]], sizes[lo:hi])
+
+    def finalize(self) -> None:
+        for b in self.builders:
+            b.finalize()
+
+
+def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -> dict:
+    """Run the whole pipeline; returns the ``preprocess.json`` record. Raises DataError/UsageError."""
+    cfg.validate()
+    src, tgt = cfg.source_lang, cfg.target_lang
+    splits = _split_prefixes(cfg)
+    for path in (cfg.srcdict, cfg.tgtdict, cfg.bpe_model):
+        if path and not os.path.isfile(path):
+            raise DataError(f"{path}: no such file")
+    paths = [f"{pref}.{lang}" for _, pref in splits for lang in (src, tgt)]
+    chunk_bytes = _chunk_bytes(paths, cfg.workers)
+    scans: dict[str, dict[str, FileScan]] = {}
+    for name, pref in splits:
+        scans[name] = {lang: scan_file(f"{pref}.{lang}", chunk_bytes) for lang in (src, tgt)}
+        a, b = scans[name][src], scans[name][tgt]
+        if a.lines != b.lines:
+            raise DataError(f"{name} files differ in length: {a.path} has {a.lines} lines, {b.path} has {b.lines}")
+    if cfg.trainpref and scans["train"][src].lines == 0:
+        raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
+
+    destdir = os.path.abspath(cfg.destdir)
+    if os.path.exists(destdir) and not os.path.isdir(destdir):
+        raise DataError(f"--destdir {cfg.destdir}: exists and is not a folder")
+    parent = os.path.dirname(destdir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
+    try:
+        record = _build(cfg, splits, scans, tmp, destdir, command)
+        _move_into(tmp, destdir, bool(cfg.trainpref))
+        return record
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
+    src, tgt = cfg.source_lang, cfg.target_lang
+    quiet = cfg.no_progress_bar
+    # 1. subword model
+    codec_kind = cfg.bpe
+    codec_path = None
+    subword_record = None
+    if codec_kind:
+        codec_path = os.path.join(tmp, subword.model_file_name(codec_kind))
+        if cfg.bpe_model:
+            shutil.copyfile(cfg.bpe_model, codec_path)
+            subword.load_codec(codec_kind, codec_path)  # fail early on a bad model
+        else:
+            train = [scans["train"][lang].path for lang in (src, tgt)]
+            logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))
+            if codec_kind == "sentencepiece":
+                subword.learn_sentencepiece(train, codec_path[: -len(".model")], cfg.bpe_vocab_size, cfg.workers)
+                vocab_file = codec_path[: -len(".model")] + ".vocab"
+                if os.path.exists(vocab_file):
+                    os.remove(vocab_file)
+            else:
+                subword.learn_subword_nmt(train, codec_path, cfg.bpe_merges)
+        subword_record = {"type": codec_kind, "model": os.path.basename(codec_path),
+                          "source": os.path.abspath(cfg.bpe_model) if cfg.bpe_model else None,
+                          "vocab_size": cfg.bpe_vocab_size if codec_kind == "sentencepiece" and not cfg.bpe_model else None,
+                          "merges": cfg.bpe_merges if codec_kind == "subword_nmt" and not cfg.bpe_model else None}
+
+    # 2. dictionaries
+    def counts_of(lang: str) -> Counter:
+        scan = scans["train"][lang]
+        total: Counter = Counter()
+        with _Runner(cfg.workers, (codec_kind, codec_path, None)) as runner, \
+                _progress(os.path.getsize(scan.path), f"counting {lang}", quiet) as bar:
+            for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e) for s, e, _, _ in scan.chunks])):
+                total.update(counts)
+                bar.update(end - start)
+        return total
+
+    def build_dict(given: Optional[str], langs: Sequence[str], threshold: int, nwords: int) -> Dictionary:
+        if given:
+            return Dictionary.load(given)
+        counts: Counter = Counter()
+        for lang in langs:
+            counts.update(counts_of(lang))
+        return Dictionary.from_counts(counts, threshold, nwords, cfg.padding_factor)
+
+    if cfg.joined_dictionary:
+        if cfg.srcdict and cfg.tgtdict and Dictionary.load(cfg.srcdict) != Dictionary.load(cfg.tgtdict):
+            raise UsageError(f"--joined-dictionary: --srcdict {cfg.srcdict} and --tgtdict {cfg.tgtdict} differ")
+        src_dict = build_dict(cfg.srcdict or cfg.tgtdict, (src, tgt), cfg.thresholdsrc, cfg.nwordssrc)
+        tgt_dict = src_dict
+    else:
+        src_dict = build_dict(cfg.srcdict, (src,), cfg.thresholdsrc, cfg.nwordssrc)
+        tgt_dict = build_dict(cfg.tgtdict, (tgt,), cfg.thresholdtgt, cfg.nwordstgt)
+    dicts = {src: src_dict, tgt: tgt_dict}
+    for lang, d in dicts.items():
+        existing = os.path.join(destdir, f"dict.{lang}.txt")
+        if os.path.exists(existing) and not cfg.overwrite:
+            try:
+                same = Dictionary.load(existing) == d
+            except DataError:
+                same = False
+            if not same:
+                raise DataError(f"--destdir {cfg.destdir} already holds a different dictionary {existing}; "
+                                f"use --overwrite to replace it, or another --destdir")
+        d.save(os.path.join(tmp, f"dict.{lang}.txt"))
+
+    # 3. binarize
+    record: dict = {
+        "version": 1,
+        "command": list(command) if command is not None else None,
+        "source_lang": src, "target_lang": tgt,
+        "joined_dictionary": bool(cfg.joined_dictionary),
+        "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d)} for lang, d in dicts.items()},
+        "subword": subword_record,
+        "num_shards": cfg.num_shards if cfg.trainpref else None,
+        "splits": {},
+    }
+    with _Runner(cfg.workers, (codec_kind, codec_path, dicts)) as runner:
+        for name, _ in splits:
+            shards = cfg.num_shards if name == "train" else 1
+            n = scans[name][src].lines
+            entry: dict = {"sentences": n, "shards": shards}
+            for lang in (src, tgt):
+                scan = scans[name][lang]
+                dtype = best_dtype(len(dicts[lang]))
+                base = f"{name}.{src}-{tgt}.{lang}"
+                if shards > 1:
+                    prefixes = []
+                    for k in range(shards):
+                        os.makedirs(os.path.join(tmp, f"shard{k}"), exist_ok=True)
+                        prefixes.append(os.path.join(tmp, f"shard{k}", base))
+                else:
+                    prefixes = [os.path.join(tmp, base)]
+                bounds = [k * n // shards for k in range(shards + 1)]
+                writer = _ShardWriter(prefixes, bounds, dtype)
+                tokens = unks = 0
+                tasks = [(scan.path, s, e, lang, dtype) for s, e, _, _ in scan.chunks]
+                with _progress(os.path.getsize(scan.path), f"{name}.{lang}", quiet) as bar:
+                    for (s, e, first, _), (ids, sizes, n_unk) in zip(scan.chunks, runner.map(_binarize_chunk, tasks)):
+                        writer.add(first, ids, sizes)
+                        tokens += int(len(ids))
+                        unks += n_unk
+                        bar.update(e - s)
+                writer.finalize()
+                entry[lang] = {"file": scan.path, "tokens": tokens, "unk": unks,
+                               "unk_rate": round(unks / tokens, 6) if tokens else 0.0}
+            record["splits"][name] = entry
+    with open(os.path.join(tmp, "preprocess.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+    return record
+
+
+_SHARD_DIR = re.compile(r"shard\d+$")
+
+
+def _move_into(tmp: str, destdir: str, wrote_train: bool) -> None:
+    """Move the finished files into ``destdir`` (a rename when it does not exist yet)."""
+    if not os.path.exists(destdir):
+        os.rename(tmp, destdir)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(destdir, 0o777 & ~umask)  # mkdtemp made it private
+        os.makedirs(tmp)  # so the caller's cleanup finds something to remove
+        return
+    if wrote_train:  # the new training data replaces the old layout (top-level train.* or shard folders)
+        for name in os.listdir(destdir):
+            path = os.path.join(destdir, name)
+            new = os.path.join(tmp, name)
+            if _SHARD_DIR.match(name) and os.path.isdir(path) and not os.path.exists(new):
+                shutil.rmtree(path)
+            elif name.startswith("train.") and name.endswith((".bin", ".idx")) and not os.path.exists(new):
+                os.remove(path)
+    for name in sorted(os.listdir(tmp)):
+        src, dst = os.path.join(tmp, name), os.path.join(destdir, name)
+        if os.path.isdir(src):
+            if os.path.isdir(dst):
+                trash = dst + ".old-" + os.path.basename(tmp)
+                os.rename(dst, trash)
+                os.rename(src, dst)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(src, dst)
+        else:
+            os.replace(src, dst)
+
+
+def summary_lines(record: dict) -> list[str]:
+    """A short human summary of a ``preprocess.json`` record (printed on stdout by the CLI)."""
+    src, tgt = record["source_lang"], record["target_lang"]
+    out = [f"dictionaries: [{src}] {record['dictionaries'][src]['size']} types, "
+           f"[{tgt}] {record['dictionaries'][tgt]['size']} types"
+           + (" (joined)" if record["joined_dictionary"] else "")]
+    if record.get("subword"):
+        out.append(f"subword model: {record['subword']['type']} ({record['subword']['model']})")
+    for name, entry in record["splits"].items():
+        parts = [f"{name}: {entry['sentences']} sentences"]
+        for lang in (src, tgt):
+            e = entry[lang]
+            parts.append(f"[{lang}] {e['tokens']} tokens, {100 * e['unk_rate']:.2f}% <unk>")
+        if entry.get("shards", 1) > 1:
+            parts.append(f"{entry['shards']} shards")
+        out.append(", ".join(parts))
+    return out

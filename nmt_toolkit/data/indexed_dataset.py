@@ -1,0 +1,157 @@
+"""Memory-mapped token sequences in fairseq's ``MMapIndexedDataset`` layout (version 1).
+
+``<prefix>.idx``::
+
+    b"MMIDIDX\\x00\\x00"   9 bytes of magic
+    <Q  version (1)
+    <B  dtype code (8 = uint16, 9 = uint32, 4 = int32, 5 = int64, …)
+    <Q  N, the number of sequences
+    N × int32   sizes (tokens per sequence, EOS included)
+    N × int64   byte offsets of each sequence in ``.bin``
+
+``<prefix>.bin``: the token ids back to back. The reader maps both files with ``numpy.memmap``, so opening
+costs O(1) memory whatever the corpus size and ``ds[i]`` is O(1); nothing is read until it is indexed.
+Data binarized by fairseq loads here and ours loads in fairseq.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import BinaryIO, Optional
+
+import numpy as np
+
+from nmt_toolkit.errors import DataError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER_BYTES = len(MAGIC) + 8 + 1 + 8  # magic, version, dtype code, count
+
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float64,
+          8: np.uint16, 9: np.uint32, 10: np.uint64}
+
+
+def code_of(dtype) -> int:
+    dtype = np.dtype(dtype)
+    for code, dt in DTYPES.items():
+        if np.dtype(dt) == dtype:
+            return code
+    raise ValueError(f"no MMIDIDX code for dtype {dtype}")
+
+
+def best_dtype(vocab_size: int):
+    """uint16 when the vocabulary has < 65500 symbols (fairseq's rule), else uint32."""
+    return np.uint16 if vocab_size is not None and vocab_size < 65500 else np.uint32
+
+
+def index_file_path(prefix: str) -> str:
+    return prefix + ".idx"
+
+
+def data_file_path(prefix: str) -> str:
+    return prefix + ".bin"
+
+
+def dataset_exists(prefix: str) -> bool:
+    return os.path.exists(index_file_path(prefix)) and os.path.exists(data_file_path(prefix))
+
+
+class IndexedDatasetBuilder:
+    """Writes ``.bin`` as sequences arrive and ``.idx`` on :meth:`finalize`; only sizes stay in memory."""
+
+    def __init__(self, prefix: str, dtype=np.uint16):
+        self.prefix = prefix
+        self.dtype = np.dtype(dtype)
+        self._bin: BinaryIO = open(data_file_path(prefix), "wb")
+        self._sizes: list[np.ndarray] = []
+
+    def add_item(self, ids) -> None:
+        arr = np.asarray(ids)
+        self._bin.write(arr.astype(self.dtype, copy=False).tobytes())
+        self._sizes.append(np.array([len(arr)], dtype=np.int32))
+
+    def add_chunk(self, flat_ids: np.ndarray, sizes: np.ndarray) -> None:
+        """Append many sequences at once: their ids back to back and their lengths."""
+        self._bin.write(np.asarray(flat_ids).astype(self.dtype, copy=False).tobytes())
+        self._sizes.append(np.asarray(sizes, dtype=np.int32))
+
+    def finalize(self) -> None:
+        self._bin.close()
+        sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, np.int32)
+        write_index(index_file_path(self.prefix), sizes, self.dtype)
+
+
+def write_index(path: str, sizes: np.ndarray, dtype) -> None:
+    sizes = np.asarray(sizes, dtype=np.int32)
+    itemsize = np.dtype(dtype).itemsize
+    pointers = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:
+        np.cumsum(sizes[:-1].astype(np.int64) * itemsize, out=pointers[1:])
+    with open(path, "wb") as handle:
+        handle.write(MAGIC)
+        handle.write(struct.pack("<Q", VERSION))
+        handle.write(struct.pack("<B", code_of(dtype)))
+        handle.write(struct.pack("<Q", len(sizes)))
+        handle.write(sizes.tobytes())
+        handle.write(pointers.tobytes())
+
+
+class MMapIndexedDataset:
+    """Read-only sequences of a ``.bin/.idx`` pair; ``ds[i]`` is a numpy view of sequence ``i``.
+
+    A truncated, foreign or inconsistent pair is refused at open with a :class:`DataError` naming the file.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        idx_path, bin_path = index_file_path(prefix), data_file_path(prefix)
+        for path in (idx_path, bin_path):
+            if not os.path.isfile(path):
+                raise DataError(f"{path}: no such file")
+        idx_bytes = os.path.getsize(idx_path)
+        with open(idx_path, "rb") as handle:
+            header = handle.read(HEADER_BYTES)
+        if len(header) < HEADER_BYTES or header[: len(MAGIC)] != MAGIC:
+            raise DataError(f"{idx_path}: not an MMIDIDX index file (bad magic); was it written by nmt-preprocess or fairseq?")
+        (version,) = struct.unpack("<Q", header[9:17])
+        if version != VERSION:
+            raise DataError(f"{idx_path}: index version {version}, only version {VERSION} is supported")
+        code = header[17]
+        if code not in DTYPES:
+            raise DataError(f"{idx_path}: unknown dtype code {code}")
+        self.dtype = np.dtype(DTYPES[code])
+        (n,) = struct.unpack("<Q", header[18:26])
+        expected = HEADER_BYTES + n * (4 + 8)
+        if idx_bytes != expected:
+            raise DataError(f"{idx_path}: truncated or corrupt index ({idx_bytes} bytes, {expected} expected for {n} sequences)")
+        self._len = n
+        if n:
+            self.sizes = np.memmap(idx_path, dtype=np.int32, mode="r", offset=HEADER_BYTES, shape=(n,))
+            self.pointers = np.memmap(idx_path, dtype=np.int64, mode="r", offset=HEADER_BYTES + 4 * n, shape=(n,))
+        else:
+            self.sizes = np.zeros(0, np.int32)
+            self.pointers = np.zeros(0, np.int64)
+        bin_bytes = os.path.getsize(bin_path)
+        needed = int(self.pointers[-1]) + int(self.sizes[-1]) * self.dtype.itemsize if n else 0
+        if needed != bin_bytes:
+            what = "truncated" if needed > bin_bytes else "longer than its index says"
+            raise DataError(f"{bin_path}: {what} ({bin_bytes} bytes, index {idx_path} expects {needed})")
+        self._bin: Optional[np.ndarray] = (
+            np.memmap(bin_path, dtype=self.dtype, mode="r") if bin_bytes else np.zeros(0, self.dtype))
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not -self._len <= i < self._len:
+            raise IndexError(f"{self.prefix}: index {i} out of range ({self._len} sequences)")
+        start = int(self.pointers[i]) // self.dtype.itemsize
+        return self._bin[start: start + int(self.sizes[i])]
+
+    def get(self, i: int) -> np.ndarray:
+        """Sequence ``i`` as an int64 array (a copy, safe to hand to torch)."""
+        return self[i].astype(np.int64)
+
+    @staticmethod
+    def exists(prefix: str) -> bool:
+        return dataset_exists(prefix)
