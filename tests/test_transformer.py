@@ -1,0 +1,189 @@
+"""The model: causality, padding invariance, incremental decoding, sharing, dtypes, Table 3 counts."""
+import re
+
+import pytest
+import torch
+
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.models.summary import SizedDictionary, build_for_dry_run, model_summary
+from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+from nmt_toolkit.registry import ARCHITECTURES
+
+PAD, EOS = 1, 2
+
+
+def _cfg(**kw):
+    cfg = TransformerConfig()
+    ARCHITECTURES.get("transformer_tiny").obj(cfg)
+    cfg.embed_dim, cfg.ffn_embed_dim = 32, 64
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def _model(vocab=40, **kw):
+    torch.manual_seed(0)
+    d = SizedDictionary(vocab)
+    return TransformerModel.build_model(_cfg(**kw), d, d).eval()
+
+
+def _tokens(b, n, vocab=40, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab, (b, n), generator=g)
+
+
+def test_future_target_tokens_do_not_change_earlier_outputs():
+    model = _model()
+    src, prev = _tokens(2, 6), _tokens(2, 8, seed=2)
+    out = model(src, None, prev)
+    prev2 = prev.clone()
+    prev2[:, 5:] = _tokens(2, 3, seed=3)
+    out2 = model(src, None, prev2)
+    assert torch.allclose(out[:, :5], out2[:, :5], atol=1e-6)
+    assert not torch.allclose(out[:, 5:], out2[:, 5:], atol=1e-3)
+
+
+@pytest.mark.parametrize("normalize_before", [False, True])
+def test_padding_leaves_real_positions_unchanged(normalize_before):
+    model = _model(normalize_before=normalize_before)
+    src, prev = _tokens(1, 5), _tokens(1, 4, seed=2)
+    alone = model(src, None, prev)
+    src_pad = torch.cat([src, torch.full((1, 3), PAD)], 1)
+    prev_pad = torch.cat([prev, torch.full((1, 2), PAD)], 1)
+    other_src, other_prev = _tokens(1, 8, seed=5), _tokens(1, 6, seed=6)
+    batch = model(torch.cat([src_pad, other_src]), None, torch.cat([prev_pad, other_prev]))
+    assert (batch[0, :4] - alone[0]).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
+    model = _model(positional_embeddings=positions, key_dim=6, value_dim=10)
+    src = torch.cat([_tokens(3, 7), torch.full((3, 2), PAD)], 1)
+    src[1, 3:] = PAD
+    prev = torch.cat([torch.full((3, 1), EOS), _tokens(3, 19, seed=2)], 1)  # 20 steps: the cache grows
+    enc = model.forward_encoder(src, None)
+    full, full_attn = model.forward_decoder(prev, enc, need_attn=True)
+    state = {}
+    steps, attns = [], []
+    for t in range(1, 21):
+        logits, attn = model.forward_decoder(prev[:, :t], enc, incremental_state=state, need_attn=True)
+        assert logits.shape == (3, 1, 40)
+        steps.append(logits)
+        attns.append(attn)
+    assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5
+    assert (torch.cat(attns, 1) - full_attn).abs().max() <= 1e-5
+    assert torch.all(full_attn[1, :, 3:] == 0)
+    # beam-style reorder after 8 steps, then continue
+    order = torch.tensor([1, 1, 0])
+    state = {}
+    for t in range(1, 9):
+        model.forward_decoder(prev[:, :t], enc, incremental_state=state)
+    model.reorder_incremental_state(state, order)
+    enc_r = model.reorder_encoder_out(enc, order)
+    prev_r = prev.index_select(0, order)
+    full_r, _ = model.forward_decoder(prev_r, enc_r)
+    steps = [model.forward_decoder(prev_r[:, :t], enc_r, incremental_state=state)[0] for t in range(9, 21)]
+    assert (torch.cat(steps, 1) - full_r[:, 8:]).abs().max() <= 1e-5
+
+
+def test_shared_embeddings_are_one_parameter():
+    model = _model(share_all_embeddings=True)
+    w = model.encoder.embed.embed_tokens.weight
+    assert model.decoder.embed.embed_tokens.weight is w
+    assert model.decoder.output_weight() is w
+    assert model.decoder.output_projection is None
+    tied = _model(share_decoder_input_output_embed=True)
+    assert tied.decoder.output_weight() is tied.decoder.embed.embed_tokens.weight
+    assert tied.encoder.embed.embed_tokens.weight is not tied.decoder.embed.embed_tokens.weight
+    assert torch.all(w[PAD] == 0)  # zero padding row
+
+
+def test_share_all_embeddings_needs_joined_dictionary():
+    with pytest.raises(UsageError, match="--share-all-embeddings requires a joined dictionary"):
+        TransformerModel.build_model(_cfg(share_all_embeddings=True), SizedDictionary(40), SizedDictionary(48))
+
+
+def test_bf16_forward_on_cpu():
+    model = _model()
+    src, prev = _tokens(2, 5), _tokens(2, 4, seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(src, None, prev)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+    model = model.to(torch.bfloat16)
+    out = model(src, None, prev)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+    state = {}
+    enc = model.forward_encoder(src, None)
+    assert model.forward_decoder(prev[:, :1], enc, incremental_state=state)[0].dtype == torch.bfloat16
+
+
+def test_training_step_gradients_reach_every_parameter():
+    model = _model(share_all_embeddings=True, dropout=0.1).train()
+    out = model(_tokens(2, 5), None, _tokens(2, 4, seed=2))
+    torch.nn.functional.cross_entropy(out.view(-1, 40), _tokens(2, 4, seed=3).view(-1)).backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+TABLE3 = {  # row: (arch, flags, paper's millions)
+    "base": ("transformer_base", {}, 65), "B d_k=16": ("transformer_base", {"key_dim": 16}, 58),
+    "B d_k=32": ("transformer_base", {"key_dim": 32}, 60),
+    "C N=2": ("transformer_base", {"encoder_layers": 2, "decoder_layers": 2}, 36),
+    "C N=4": ("transformer_base", {"encoder_layers": 4, "decoder_layers": 4}, 50),
+    "C N=8": ("transformer_base", {"encoder_layers": 8, "decoder_layers": 8}, 80),
+    "C d_model=256": ("transformer_base", {"embed_dim": 256, "key_dim": 32, "value_dim": 32}, 28),
+    "C d_model=1024": ("transformer_base", {"embed_dim": 1024, "key_dim": 128, "value_dim": 128}, 168),
+    "C d_ff=1024": ("transformer_base", {"ffn_embed_dim": 1024}, 53),
+    "C d_ff=4096": ("transformer_base", {"ffn_embed_dim": 4096}, 90),
+    "big": ("transformer_big", {}, 213),
+}
+
+
+def _dry_run(arch, flags):
+    cfg = TransformerConfig()
+    ARCHITECTURES.get(arch).obj(cfg)
+    for k, v in flags.items():
+        setattr(cfg, k, v)
+    cfg.share_all_embeddings = True
+    return cfg, build_for_dry_run("transformer", cfg, 37000)
+
+
+def test_base_parameter_count_is_63_08m_and_summary_prints_it():
+    cfg, model = _dry_run("transformer_base", {})
+    assert sum(p.numel() for p in model.parameters()) == 63_082_496
+    text = model_summary(model, cfg)
+    total = [line for line in text.splitlines() if "total" in line]
+    assert total and "63,082,496" in total[0]
+    assert re.search(r"FLOPs per target token", text)
+
+
+@pytest.mark.parametrize("row", list(TABLE3))
+def test_table3_rows_within_7_percent(row):
+    arch, flags, paper = TABLE3[row]
+    _, model = _dry_run(arch, flags)
+    n = sum(p.numel() for p in model.parameters()) / 1e6
+    assert abs(n - paper) / paper <= 0.07, (row, n, paper)
+
+
+def test_architectures_fill_the_papers_values():
+    def preset(name):
+        cfg = TransformerConfig()
+        ARCHITECTURES.get(name).obj(cfg)
+        return cfg
+    big = preset("transformer_big")
+    assert (big.embed_dim, big.ffn_embed_dim, big.attention_heads, big.dropout) == (1024, 4096, 16, 0.3)
+    assert preset("transformer_big_enfr").dropout == 0.1
+    parsing = preset("transformer_parsing")
+    assert (parsing.encoder_layers, parsing.decoder_layers, parsing.embed_dim) == (4, 4, 1024)
+    iwslt = preset("transformer_iwslt_de_en")
+    assert (iwslt.embed_dim, iwslt.ffn_embed_dim, iwslt.attention_heads) == (512, 1024, 4)
+    base = preset("transformer_base")
+    assert (base.encoder_layers, base.embed_dim, base.ffn_embed_dim, base.attention_heads, base.dropout) == \
+        (6, 512, 2048, 8, 0.1)
+
+
+def test_flops_per_token_matches_a_hand_count_for_base():
+    _, model = _dry_run("transformer_base", {})
+    d, f, v, s = 512, 2048, 37000, 25
+    enc = 6 * (2 * 4 * d * d + 2 * 2 * s * d + 4 * d * f)
+    dec = 6 * (2 * 4 * d * d + 2 * 2 * s * d + 2 * 2 * d * d + 2 * 2 * s * d + 2 * 2 * d * d + 4 * d * f)
+    assert model.flops_per_target_token(s, s) == pytest.approx(enc + dec + 2 * d * v)
