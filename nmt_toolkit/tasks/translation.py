@@ -1,0 +1,250 @@
+"""The translation task: a data-bin folder written by ``nmt-preprocess`` → dictionaries, datasets, batches.
+
+``--max-tokens`` counts **padded** tokens: a batch of B pairs whose longest pair (the larger of source and
+target length, EOS included) has L tokens costs B × L, as fairseq's ``batch_by_size``. Pairs longer than
+``--max-source-positions``/``--max-target-positions`` (or than ``--max-tokens`` alone) are skipped with a
+count in the log (in the training split always; in other splits only with
+``--skip-invalid-size-inputs-valid-test``, else it is an error).
+
+Sharded training data (``destdir/shard0 …``, ``nmt-preprocess --num-shards K``): epoch ``e`` reads shard
+``(e-1) mod K``; the iterator of the training split reloads the right shard itself when the epoch changes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from nmt_toolkit.config import option
+from nmt_toolkit.data import subword
+from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
+from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.registry import register_task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TranslationConfig:
+    data: Optional[str] = option(None, "data-bin folder written by nmt-preprocess", positional=True, metavar="DATA")
+    source_lang: Optional[str] = option(None, "source language (default: from preprocess.json or the file names)",
+                                        metavar="LANG")
+    target_lang: Optional[str] = option(None, "target language (default: from preprocess.json or the file names)",
+                                        metavar="LANG")
+    max_tokens: Optional[int] = option(4096, "batch budget in padded tokens: batch size × longest pair "
+                                             "(max of source and target length)")
+    batch_size: Optional[int] = option(None, "at most this many sentence pairs per batch")
+    required_batch_size_multiple: int = option(8, "make batch sizes a multiple of this when the budget allows")
+    max_source_positions: int = option(1024, "skip pairs whose source is longer than this (tokens, EOS included)")
+    max_target_positions: int = option(1024, "skip pairs whose target is longer than this (tokens, EOS included)")
+    skip_invalid_size_inputs_valid_test: bool = option(False, "skip over-long pairs in validation/test splits "
+                                                              "too (the training split always skips them)")
+
+    def validate(self) -> None:
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            self.max_tokens = None
+        if self.batch_size is not None and self.batch_size <= 0:
+            self.batch_size = None
+
+
+def read_preprocess_json(data: str) -> dict:
+    path = os.path.join(data, "preprocess.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable ({exc})") from None
+
+
+def infer_language_pair(data: str) -> tuple[str, str]:
+    """``(src, tgt)`` from ``preprocess.json``, else from ``<split>.<src>-<tgt>.<lang>.idx`` file names."""
+    record = read_preprocess_json(data)
+    if record.get("source_lang") and record.get("target_lang"):
+        return record["source_lang"], record["target_lang"]
+    pattern = re.compile(r"^[^.]+\.([^.-]+)-([^.-]+)\.[^.]+\.idx$")
+    for root in [data] + [os.path.join(data, d) for d in sorted(os.listdir(data)) if d.startswith("shard")]:
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            m = pattern.match(name)
+            if m:
+                return m.group(1), m.group(2)
+    raise DataError(f"{data}: cannot tell the language pair (no preprocess.json, no <split>.<src>-<tgt>.<lang>.idx); "
+                    f"give --source-lang and --target-lang")
+
+
+@register_task("translation", config=TranslationConfig)
+class TranslationTask:
+    """Dictionaries and datasets of one data-bin folder; builds batch iterators and models."""
+
+    def __init__(self, cfg: TranslationConfig, src_dict: Dictionary, tgt_dict: Dictionary):
+        self.cfg = cfg
+        self.src_dict = src_dict
+        self.tgt_dict = tgt_dict
+        self.datasets: dict[str, LanguagePairDataset] = {}
+        self._record = read_preprocess_json(cfg.data) if cfg.data else {}
+
+    # ------------------------------------------------------------------ setup
+    @classmethod
+    def setup_task(cls, cfg: TranslationConfig, **kwargs) -> "TranslationTask":
+        if not cfg.data:
+            raise UsageError("the data-bin folder (positional DATA) is required")
+        if not os.path.isdir(cfg.data):
+            raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess first)")
+        if not cfg.source_lang or not cfg.target_lang:
+            src, tgt = infer_language_pair(cfg.data)
+            cfg.source_lang = cfg.source_lang or src
+            cfg.target_lang = cfg.target_lang or tgt
+        src_dict = cls.load_dictionary(os.path.join(cfg.data, f"dict.{cfg.source_lang}.txt"))
+        tgt_dict = cls.load_dictionary(os.path.join(cfg.data, f"dict.{cfg.target_lang}.txt"))
+        for d in (src_dict, tgt_dict):
+            if (d.pad(), d.eos(), d.unk()) != (src_dict.pad(), src_dict.eos(), src_dict.unk()):
+                raise DataError(f"{cfg.data}: source and target dictionaries disagree on special symbols")
+        logger.info("[%s] dictionary: %d types; [%s] dictionary: %d types", cfg.source_lang, len(src_dict),
+                    cfg.target_lang, len(tgt_dict))
+        return cls(cfg, src_dict, tgt_dict)
+
+    @staticmethod
+    def load_dictionary(path: str) -> Dictionary:
+        if not os.path.exists(path):
+            raise DataError(f"{path}: no such dictionary file")
+        return Dictionary.load(path)
+
+    @property
+    def source_dictionary(self) -> Dictionary:
+        return self.src_dict
+
+    @property
+    def target_dictionary(self) -> Dictionary:
+        return self.tgt_dict
+
+    def max_positions(self) -> tuple[int, int]:
+        return self.cfg.max_source_positions, self.cfg.max_target_positions
+
+    # ------------------------------------------------------------------ data
+    def num_shards(self, split: str = "train") -> int:
+        """How many shard folders hold ``split`` (1 when it sits at the top of the data folder)."""
+        k = 0
+        while os.path.isdir(os.path.join(self.cfg.data, f"shard{k}")) and \
+                dataset_exists(self._prefix(os.path.join(self.cfg.data, f"shard{k}"), split, self.cfg.source_lang)):
+            k += 1
+        return max(k, 1)
+
+    def _prefix(self, folder: str, split: str, lang: str) -> str:
+        return os.path.join(folder, f"{split}.{self.cfg.source_lang}-{self.cfg.target_lang}.{lang}")
+
+    def split_folder(self, split: str, epoch: int = 1) -> str:
+        data = self.cfg.data
+        if dataset_exists(self._prefix(data, split, self.cfg.source_lang)):
+            return data
+        k = self.num_shards(split)
+        folder = os.path.join(data, f"shard{(epoch - 1) % k}")
+        if dataset_exists(self._prefix(folder, split, self.cfg.source_lang)):
+            return folder
+        raise DataError(f"{self._prefix(data, split, self.cfg.source_lang)}.idx: no such split in {data} "
+                        f"(splits are written by nmt-preprocess --trainpref/--validpref/--testpref)")
+
+    def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
+        folder = self.split_folder(split, epoch)
+        src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang))
+        tgt = MMapIndexedDataset(self._prefix(folder, split, self.cfg.target_lang))
+        if len(src) != len(tgt):
+            raise DataError(f"{src.prefix} and {tgt.prefix}: {len(src)} vs {len(tgt)} sentences")
+        dataset = LanguagePairDataset(src, src.sizes, self.src_dict, tgt, tgt.sizes, self.tgt_dict)
+        dataset.split, dataset.epoch = split, epoch
+        self.datasets[split] = dataset
+        logger.info("%s: %d pairs from %s", split, len(dataset), folder)
+        return dataset
+
+    def dataset(self, split: str) -> LanguagePairDataset:
+        if split not in self.datasets:
+            raise DataError(f"split {split!r} is not loaded (call load_dataset first)")
+        return self.datasets[split]
+
+    def build_dataset_for_inference(self, src_tokens: list, src_lengths=None) -> LanguagePairDataset:
+        """Source-only pairs for generation from raw token id arrays (each ending with EOS)."""
+        sizes = np.array([len(t) for t in src_tokens], dtype=np.int64)
+        return LanguagePairDataset(src_tokens, sizes, self.src_dict, tgt_dict=self.tgt_dict)
+
+    # ------------------------------------------------------------------ batching
+    def _batches(self, dataset, max_tokens, max_sentences, seed, required_batch_size_multiple, max_positions,
+                 strict: bool) -> list:
+        indices = dataset.ordered_indices(shuffle=True, seed=seed)
+        if max_positions is None:
+            max_positions = self.max_positions()
+        indices, dropped = dataset.filter_by_size(indices, max_positions)
+        if max_tokens:
+            fits = dataset.num_tokens_vec()[indices] <= max_tokens
+            dropped = np.concatenate([dropped, indices[~fits]])
+            indices = indices[fits]
+        if len(dropped):
+            name = getattr(dataset, "split", "dataset")
+            if strict:
+                raise DataError(f"{name}: {len(dropped)} pairs are longer than --max-source-positions/"
+                                f"--max-target-positions/--max-tokens (e.g. pair {int(dropped[0])}); "
+                                f"use --skip-invalid-size-inputs-valid-test to skip them")
+            logger.warning("%s: skipped %d pairs longer than max positions %s or --max-tokens %s",
+                           name, len(dropped), tuple(max_positions), max_tokens)
+        return batch_by_size(indices, dataset.num_tokens_vec(), max_tokens, max_sentences,
+                             required_batch_size_multiple)
+
+    def get_batch_iterator(self, dataset: Union[str, LanguagePairDataset, None] = None, max_tokens: Optional[int] = None,
+                           max_sentences: Optional[int] = None, seed: int = 1, num_shards: int = 1, shard_id: int = 0,
+                           epoch: int = 1, shuffle: bool = True, required_batch_size_multiple: Optional[int] = None,
+                           max_positions: Any = None, split: Optional[str] = None) -> EpochBatchIterator:
+        """An :class:`EpochBatchIterator` over ``dataset`` (a dataset or a loaded split's name).
+
+        Budgets default to the task's ``--max-tokens``/``--batch-size``/``--required-batch-size-multiple``.
+        ``shuffle`` is the default of ``next_epoch_itr``. The training split of sharded data reloads shard
+        ``(epoch-1) mod K`` when the epoch moves on.
+        """
+        if dataset is None or isinstance(dataset, str):
+            split = dataset or split or "train"
+            dataset = self.datasets.get(split) or self.load_dataset(split, epoch=epoch)
+        split = getattr(dataset, "split", split)
+        max_tokens = self.cfg.max_tokens if max_tokens is None else max_tokens
+        max_sentences = self.cfg.batch_size if max_sentences is None else max_sentences
+        if required_batch_size_multiple is None:
+            required_batch_size_multiple = self.cfg.required_batch_size_multiple
+        strict = split not in (None, "train") and not split.startswith("train") and \
+            not self.cfg.skip_invalid_size_inputs_valid_test
+
+        def batches_for(ds):
+            return self._batches(ds, max_tokens, max_sentences, seed, required_batch_size_multiple,
+                                 max_positions, strict)
+
+        reload = None
+        if split is not None and self.cfg.data and self.split_folder(split) != self.cfg.data and self.num_shards(split) > 1:
+            def reload(e: int):
+                ds = self.load_dataset(split, epoch=e)
+                return ds, batches_for(ds)
+
+        itr = EpochBatchIterator(dataset, batches_for(dataset), dataset.collater, seed=seed, num_shards=num_shards,
+                                 shard_id=shard_id, epoch=epoch, reload=reload)
+        itr.shuffle = shuffle
+        return itr
+
+    # ------------------------------------------------------------------ models and text
+    def build_model(self, model_name: str, model_cfg: Any):
+        from nmt_toolkit.models import build_model
+
+        return build_model(model_name, model_cfg, self.src_dict, self.tgt_dict)
+
+    def subword(self):
+        """The subword codec recorded in ``preprocess.json`` (``encode``/``decode``), or None."""
+        if not self.cfg.data:
+            return None
+        return subword.codec_from_record(self.cfg.data, self._record.get("subword"))
+
+    def bpe_symbol(self) -> Optional[str]:
+        """What ``Dictionary.string(..., bpe_symbol=)`` needs to undo the recorded segmentation."""
+        record = (self._record.get("subword") or {}).get("type")
+        return {"sentencepiece": "sentencepiece", "subword_nmt": "@@ "}.get(record)
