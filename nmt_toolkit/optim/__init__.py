@@ -1,1 +1,16 @@
-"""optim"""
+"""Optimizers and learning-rate schedules, found by name (``--optimizer``, ``--lr-scheduler``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from nmt_toolkit.registry import LR_SCHEDULERS, OPTIMIZERS
+
+
+def build_optimizer(name: str, cfg: Any, params, lr: float):
+    """A torch optimizer over ``params`` built by the registered factory ``name``."""
+    return OPTIMIZERS.get(name).obj(cfg, params, lr)
+
+
+def build_lr_scheduler(name: str, cfg: Any, optimizer, lr: float):
+    """The registered schedule ``name``; it sets ``optimizer``'s lr at every ``step_update``."""
+    return LR_SCHEDULERS.get(name).obj(cfg, optimizer, lr)

@@ -1,0 +1,148 @@
+"""nmt-train: train a model on a data-bin/ folder (fairseq-train's flags), or ``--dry-run`` its summary.
+
+The selected components (``--task --arch --criterion --optimizer --lr-scheduler``) are read first, so
+their own options appear in ``--help`` and in ``--config`` YAML. ``--distributed-world-size N`` spawns
+N local processes; under ``torchrun`` the rank layout comes from the environment.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import click
+
+from nmt_toolkit import registry
+from nmt_toolkit.cli.common import load_plugins, run_cli
+from nmt_toolkit.config import CommonConfig, Group, build_command, load_yaml, option, peek_options
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.training.options import (CheckpointConfig, DistributedConfig, LoggingConfig, OptimizationConfig,
+                                          PrecisionConfig)
+
+SELECTORS = ["task", "arch", "criterion", "optimizer", "lr_scheduler", "user_dir"]
+DEFAULTS = {"task": "translation", "arch": "transformer_base", "criterion": "label_smoothed_cross_entropy",
+            "optimizer": "adam", "lr_scheduler": "inverse_sqrt"}
+
+
+def _components_config(choices: dict[str, list[str]]) -> type:
+    """The selector group; its choices list what is registered now (plugins included)."""
+
+    @dataclass
+    class ComponentsConfig:
+        task: str = option(DEFAULTS["task"], "task (data + dictionaries)", choices=choices["task"])
+        arch: str = option(DEFAULTS["arch"], "model architecture preset; explicit model flags override it",
+                           choices=choices["arch"])
+        criterion: str = option(DEFAULTS["criterion"], "training criterion", choices=choices["criterion"])
+        optimizer: str = option(DEFAULTS["optimizer"], "optimizer", choices=choices["optimizer"])
+        lr_scheduler: str = option(DEFAULTS["lr_scheduler"], "learning-rate schedule", choices=choices["lr_scheduler"])
+        model: Optional[str] = option(None, "the registered model of --arch (derived)", cli=False)
+
+    ComponentsConfig.__qualname__ = "ComponentsConfig"
+    return ComponentsConfig
+
+
+def _peek(argv: Sequence[str]) -> dict[str, str]:
+    found = peek_options(argv, SELECTORS)
+    cfg_path = peek_options(argv, ["config"])["config"]
+    if cfg_path:  # a dumped config.yaml nests the selectors under "components"
+        data = load_yaml(cfg_path) or {}
+        nested = data.get("components") if isinstance(data, dict) else None
+        if isinstance(nested, dict):
+            for k in SELECTORS:
+                if found.get(k) is None and nested.get(k) is not None:
+                    found[k] = str(nested[k])
+    return {k: (found.get(k) or DEFAULTS.get(k)) for k in SELECTORS}
+
+
+def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
+    load_plugins(argv)
+    sel = _peek(argv)
+    task_entry = registry.TASKS.get(sel["task"])
+    arch_entry = registry.ARCHITECTURES.get(sel["arch"])
+    model_entry = registry.MODELS.get(arch_entry.parent)
+    crit_entry = registry.CRITERIA.get(sel["criterion"])
+    optim_entry = registry.OPTIMIZERS.get(sel["optimizer"])
+    sched_entry = registry.LR_SCHEDULERS.get(sel["lr_scheduler"])
+    components = _components_config({
+        "task": registry.TASKS.names(), "arch": registry.ARCHITECTURES.names(),
+        "criterion": registry.CRITERIA.names(), "optimizer": registry.OPTIMIZERS.names(),
+        "lr_scheduler": registry.LR_SCHEDULERS.names()})
+    groups = [Group("common", CommonConfig, "common options"), Group("components", components, "components")]
+    if task_entry.config is not None:
+        groups.append(Group("task", task_entry.config, f"task options ({sel['task']})"))
+    groups.append(Group("model", model_entry.config, f"model options ({arch_entry.parent}, preset {sel['arch']})"))
+    for name, entry in (("criterion", crit_entry), ("optimizer", optim_entry), ("lr_scheduler", sched_entry)):
+        if entry.config is not None:
+            groups.append(Group(name, entry.config, f"{name.replace('_', ' ')} options ({sel[name]})"))
+    groups += [Group("optimization", OptimizationConfig), Group("checkpoint", CheckpointConfig),
+               Group("distributed", DistributedConfig), Group("precision", PrecisionConfig),
+               Group("logging", LoggingConfig, "logging and dry-run options")]
+
+    def preset(configs: dict[str, Any]) -> None:
+        arch_entry.obj(configs["model"])
+
+    def run(configs: dict[str, Any]) -> int:
+        comp = configs["components"]
+        comp.model = registry.ARCHITECTURES.get(comp.arch).parent
+        if comp.arch != sel["arch"] or comp.task != sel["task"]:
+            raise UsageError("--arch/--task changed between option discovery and parsing; give them on the "
+                             "command line")
+        return train_main(configs, list(argv))
+
+    def extra_dump(configs):
+        return None
+
+    return build_command(prog, groups, run, help=__doc__.split("\n\n")[0], preset=preset)
+
+
+def dry_run(configs: dict[str, Any]) -> int:
+    from nmt_toolkit.models.summary import build_for_dry_run, model_summary
+
+    comp, lg = configs["components"], configs["logging"]
+    if lg.vocab_size:
+        model = build_for_dry_run(comp.model, configs["model"], lg.vocab_size)
+    else:
+        task_cfg = configs.get("task")
+        if task_cfg is None or not getattr(task_cfg, "data", None):
+            raise UsageError("--dry-run needs a data folder or --vocab-size V")
+        from nmt_toolkit.models import build_model
+        import torch
+        task = registry.TASKS.get(comp.task).obj.setup_task(task_cfg)
+        with torch.device("meta"):
+            model = build_model(comp.model, configs["model"], task.source_dictionary, task.target_dictionary)
+    click.echo(f"arch {comp.arch} (model {comp.model})")
+    click.echo(model_summary(model, configs["model"]))
+    return 0
+
+
+def train_main(configs: dict[str, Any], argv: list[str]) -> int:
+    from nmt_toolkit.training import distributed
+    from nmt_toolkit.training.train_loop import run_training
+
+    if configs["logging"].dry_run:
+        return dry_run(configs)
+    task_cfg = configs.get("task")
+    if task_cfg is not None and hasattr(task_cfg, "data") and not task_cfg.data:
+        raise UsageError("missing the data folder (nmt-train DATA-BIN ...), or use --dry-run --vocab-size V")
+    info = distributed.env_info()
+    world = configs["distributed"].distributed_world_size
+    if info is None and world > 1:
+        return distributed.spawn(_spawned_worker, world, (argv,))
+    return run_training(configs, info)
+
+
+def _spawned_worker(argv: list[str]) -> int:
+    return run(argv, prog="nmt-train")
+
+
+def run(argv: Optional[Sequence[str]] = None, prog: str = "nmt-train") -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run_cli(prog, lambda a: make_command(a, prog), args)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The option groups nmt-train owns (besides the components' own configs)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import option
+from nmt_toolkit.errors import UsageError
+
+
+@dataclass
+class OptimizationConfig:
+    lr: float = option(5e-4, "learning rate (peak lr for inverse_sqrt; a scale factor for noam)")
+    max_update: int = option(0, "stop after this many optimizer updates (0 = no limit)")
+    max_epoch: int = option(0, "stop after this many epochs (0 = no limit)")
+    update_freq: int = option(1, "accumulate gradients over N batches per update (N× larger effective batch)")
+    clip_norm: float = option(0.0, "clip the global gradient norm to this value (0 = no clipping)")
+    stop_time_hours: float = option(0.0, "stop (saving a checkpoint) after this much wall-clock time (0 = no limit)")
+    max_skipped_updates: int = option(10, "stop with an error after this many non-finite updates in a row")
+    validate_interval: int = option(1, "validate every N epochs")
+    validate_interval_updates: int = option(0, "also validate every N updates (0 = only at epoch ends)")
+    disable_validation: bool = option(False, "do not validate")
+    valid_subset: str = option("valid", "comma-separated validation splits")
+    train_subset: str = option("train", "training split")
+    cpu: bool = option(False, "train on CPU even when a GPU is available")
+
+    def validate(self) -> None:
+        if self.update_freq < 1:
+            raise UsageError(f"--update-freq must be at least 1, got {self.update_freq}")
+        if self.lr < 0:
+            raise UsageError(f"--lr must not be negative, got {self.lr}")
+
+
+@dataclass
+class CheckpointConfig:
+    save_dir: str = option("checkpoints", "folder for checkpoints and config.yaml")
+    restore_file: str = option("checkpoint_last.pt", "checkpoint to resume from (relative to --save-dir)")
+    save_interval: int = option(1, "save a checkpoint every N epochs")
+    save_interval_updates: int = option(0, "also save checkpoint_<epoch>_<updates>.pt every N updates")
+    save_interval_minutes: float = option(0.0, "also save checkpoint_<epoch>_<updates>.pt every N minutes "
+                                          "(the paper: 10)")
+    keep_last_epochs: int = option(-1, "keep only the last N epoch checkpoints (-1 = all)")
+    keep_interval_updates: int = option(-1, "keep only the last N update/minute checkpoints (-1 = all)")
+    keep_best_checkpoints: int = option(-1, "keep the N best checkpoints by the validation metric (-1 = off)")
+    no_epoch_checkpoints: bool = option(False, "write only checkpoint_last.pt and checkpoint_best.pt")
+    no_last_checkpoints: bool = option(False, "do not write checkpoint_last.pt")
+    no_save: bool = option(False, "write no checkpoints at all")
+    best_checkpoint_metric: str = option("loss", "validation metric for checkpoint_best.pt and --patience")
+    maximize_best_checkpoint_metric: bool = option(False, "a larger metric is better")
+    patience: int = option(-1, "stop after N validations without improvement (-1 = never)")
+    reset_optimizer: bool = option(False, "resume without the optimizer state")
+    reset_lr_scheduler: bool = option(False, "resume without the LR scheduler state")
+    reset_dataloader: bool = option(False, "resume at the start of epoch 1 of the data")
+    reset_meters: bool = option(False, "resume without the logged meters")
+
+
+@dataclass
+class DistributedConfig:
+    distributed_world_size: int = option(1, "spawn N local training processes (torchrun sets this itself)")
+    distributed_backend: str = option("auto", "auto = nccl on CUDA, gloo on CPU", choices=["auto", "nccl", "gloo"])
+    distributed_timeout: float = option(600.0, "seconds before a collective waiting on a dead rank gives up")
+
+
+@dataclass
+class PrecisionConfig:
+    fp16: bool = option(False, "CUDA mixed precision: fp16 autocast with dynamic loss scaling (GradScaler)")
+    amp: bool = option(False, "alias of --fp16, as fairseq users know it")
+    bf16: bool = option(False, "bfloat16 autocast (CPU and CUDA); no loss scaling needed")
+    fp16_init_scale: float = option(128.0, "initial loss scale")
+    fp16_scale_window: int = option(2000, "updates without overflow before the loss scale doubles")
+    min_loss_scale: float = option(1e-4, "stop with an error when the loss scale falls below this")
+
+
+@dataclass
+class LoggingConfig:
+    log_format: str = option("simple", "progress format on stderr", choices=["tqdm", "simple", "json", "none"])
+    log_interval: int = option(100, "log training statistics every N updates")
+    tensorboard_logdir: Optional[str] = option(None, "also write TensorBoard scalars here (needs tensorboard)")
+    dry_run: bool = option(False, "build the model, print its summary (parameters, FLOPs) and exit")
+    vocab_size: Optional[int] = option(None, "with --dry-run and no data folder: a shared vocabulary of V symbols")
+    no_progress_bar: bool = option(False, "same as --log-format simple")

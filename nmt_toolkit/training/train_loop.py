@@ -1,0 +1,371 @@
+"""The training run: epochs, validation, checkpoints, patience, preemption, logging.
+
+``run_training(configs, components)`` is what ``nmt-train`` calls in every process. ``configs`` maps group
+names to dataclass instances (``common, components, task, model, criterion, optimizer, lr_scheduler,
+optimization, checkpoint, distributed, precision, logging``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import time
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from nmt_toolkit.config import dump_yaml, to_dict
+from nmt_toolkit.criterions import build_criterion, derived_metrics
+from nmt_toolkit.errors import NmtError
+from nmt_toolkit.models import build_model
+from nmt_toolkit.optim import build_lr_scheduler, build_optimizer
+from nmt_toolkit.registry import TASKS
+from nmt_toolkit.training import checkpoints as ckpt_io
+from nmt_toolkit.training import distributed
+from nmt_toolkit.training.progress import Meter, ProgressLogger
+from nmt_toolkit.training.state import set_rng_state
+from nmt_toolkit.training.trainer import Trainer
+
+logger = logging.getLogger("nmt_toolkit.train")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 8, device: Optional[torch.device] = None) -> float:
+    """fp32 matrix-multiply rate of this machine (the reference for the MFU-style efficiency)."""
+    device = device or torch.device("cpu")
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    torch.mm(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2 * n ** 3 * repeats / (time.perf_counter() - t) / 1e9
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop finishes the current update, saves and exits 0."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._old = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+
+    def _handle(self, signum, frame):
+        if self.signum is not None and signum == signal.SIGINT:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _grouped(itr, n: int):
+    chunk = []
+    for batch in itr:
+        chunk.append(batch)
+        if len(chunk) == n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _device(opt, info: distributed.DistInfo) -> torch.device:
+    if torch.cuda.is_available() and not opt.cpu:
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+def precision_of(prec) -> Optional[str]:
+    if prec.fp16 or prec.amp:
+        if prec.bf16:
+            raise NmtError("--fp16/--amp and --bf16 are exclusive; choose one")
+        return "fp16"
+    return "bf16" if prec.bf16 else None
+
+
+def config_dict(configs: dict[str, Any]) -> dict:
+    """The plain config stored in checkpoints: every group, with ``components`` naming the model."""
+    return to_dict(configs)
+
+
+def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] = None) -> int:
+    info = info or distributed.DistInfo()
+    comp, opt, ck, prec, lg = (configs[k] for k in ("components", "optimization", "checkpoint", "precision", "logging"))
+    device = _device(opt, info)
+    if info.world_size > 1:
+        distributed.init_process_group(info, distributed.choose_backend(configs["distributed"].distributed_backend,
+                                                                         device), configs["distributed"].distributed_timeout)
+    try:
+        return _train(configs, comp, opt, ck, prec, lg, device, info)
+    finally:
+        distributed.destroy()
+
+
+def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
+    seed = configs["common"].seed
+    seed_everything(seed)
+    fmt = "simple" if lg.no_progress_bar and lg.log_format == "tqdm" else lg.log_format
+    progress = ProgressLogger(fmt, tensorboard_logdir=lg.tensorboard_logdir,
+                              enabled=info.is_master and fmt != "none")
+    task = TASKS.get(comp.task).obj.setup_task(configs["task"])
+    model = build_model(comp.model, configs["model"], task.source_dictionary, task.target_dictionary).to(device)
+    criterion = build_criterion(comp.criterion, configs.get("criterion"), task)
+    optimizer = build_optimizer(comp.optimizer, configs.get("optimizer"), model.parameters(), opt.lr)
+    sched_cfg = configs.get("lr_scheduler")
+    if sched_cfg is not None and hasattr(sched_cfg, "model_dim") and not sched_cfg.model_dim:
+        sched_cfg.model_dim = getattr(configs["model"], "embed_dim", None)
+    lr_scheduler = build_lr_scheduler(comp.lr_scheduler, sched_cfg, optimizer, opt.lr)
+    if hasattr(lr_scheduler, "total_updates"):
+        lr_scheduler.total_updates = opt.max_update
+    trainer = Trainer(model, criterion, optimizer, lr_scheduler, device, clip_norm=opt.clip_norm,
+                      precision=precision_of(prec), fp16_init_scale=prec.fp16_init_scale,
+                      fp16_scale_window=prec.fp16_scale_window, min_loss_scale=prec.min_loss_scale,
+                      max_skipped_updates=opt.max_skipped_updates, world_size=info.world_size,
+                      ddp_device_ids=[info.local_rank] if device.type == "cuda" else None)
+
+    from nmt_toolkit.models.summary import model_summary
+    progress.message(model_summary(model, configs["model"]))
+    progress.message(f"task {comp.task} | criterion {comp.criterion} | optimizer {comp.optimizer} "
+                     f"({type(optimizer).__name__}) | lr scheduler {comp.lr_scheduler} | device {device} | "
+                     f"world size {info.world_size} | precision {precision_of(prec) or 'fp32'}")
+    stored_config = config_dict(configs)
+    if info.is_master and not ck.no_save:
+        os.makedirs(ck.save_dir, exist_ok=True)
+        with open(os.path.join(ck.save_dir, "config.yaml"), "w", encoding="utf-8") as handle:
+            handle.write(dump_yaml({k: v for k, v in configs.items() if k != "common"}))
+
+    # ---------------------------------------------------------------- resume
+    path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
+    train_state: dict = {}
+    if path is not None:
+        state = ckpt_io.load_checkpoint(path, map_location=device)
+        trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path)
+        train_state = state.get("train_state", {})
+        if not ck.reset_optimizer and not ck.reset_lr_scheduler:
+            trainer.num_updates = int(train_state.get("num_updates", 0))
+        else:
+            trainer.set_num_updates(int(train_state.get("num_updates", 0)))
+        progress.message(f"resumed from {path} at update {trainer.num_updates}")
+    else:
+        trainer.set_num_updates(0)
+
+    epoch = 1 if ck.reset_dataloader else int(train_state.get("epoch", 1))
+    task.load_dataset(opt.train_subset, epoch=epoch)
+    valid_subsets = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
+    for split in valid_subsets:
+        task.load_dataset(split)
+    epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,
+                                        shard_id=info.rank, epoch=epoch)
+    if train_state.get("iterator") and not ck.reset_dataloader:
+        epoch_itr.load_state_dict(train_state["iterator"])
+
+    best = train_state.get("best")
+    bad_validations = int(train_state.get("patience_counter", 0))
+    interval_meter, epoch_meter = Meter(), Meter()
+    if train_state.get("meters") and not ck.reset_meters:
+        interval_meter.load_state_dict(train_state["meters"].get("interval", {}))
+        epoch_meter.load_state_dict(train_state["meters"].get("epoch", {}))
+    wall_before = float(train_state.get("wall", 0.0))
+    start = time.perf_counter()
+    last_save_time = time.perf_counter()
+    mm_rate = matmul_gflops(device=device) if info.is_master else 0.0
+
+    def wall() -> float:
+        return wall_before + time.perf_counter() - start
+
+    def better(value: float) -> bool:
+        if best is None:
+            return True
+        return value > best if ck.maximize_best_checkpoint_metric else value < best
+
+    def validate() -> Optional[float]:
+        first = None
+        for split in valid_subsets:
+            itr = task.get_batch_iterator(split=split, seed=seed, num_shards=info.world_size, shard_id=info.rank,
+                                          epoch=1, shuffle=False)
+            sums = torch.zeros(5, dtype=torch.float64)
+            for sample in itr.next_epoch_itr(shuffle=False):
+                out = trainer.valid_step(sample)
+                sums += torch.tensor([out[k] for k in ("sample_size", "loss", "nll_loss", "ntokens", "nsentences")],
+                                     dtype=torch.float64)
+            if info.world_size > 1:
+                sums = distributed.all_reduce_sum(sums.to(device)).cpu()
+            agg = dict(zip(("sample_size", "loss", "nll_loss", "ntokens", "nsentences"), sums.tolist()))
+            m = derived_metrics(agg)
+            m["wps"] = 0.0
+            metric = m.get(ck.best_checkpoint_metric, m["loss"])
+            stats = {"epoch": epoch_itr.epoch, "loss": round(m["loss"], 4), "nll_loss": round(m["nll_loss"], 4),
+                     "ppl": round(m["ppl"], 2), "num_updates": trainer.num_updates}
+            if first is None:
+                first = metric
+                stats[f"best_{ck.best_checkpoint_metric}"] = round(metric if better(metric) else best, 4)
+            progress.print(stats, tag=split if split.startswith("valid") else f"valid_{split}",
+                           step=trainer.num_updates)
+        return first
+
+    def save(end_of_epoch: bool, val: Optional[float], reason_updates: bool) -> None:
+        nonlocal last_save_time
+        if ck.no_save or not info.is_master:
+            return
+        e, n = epoch_itr.epoch, trainer.num_updates
+        state = trainer.state_dict()
+        state["config"] = stored_config
+        state["version"] = ckpt_io.VERSION
+        state["train_state"] = {
+            "epoch": e, "num_updates": n, "iterator": epoch_itr.state_dict(),
+            "best": best, "patience_counter": bad_validations,
+            "rng": trainer.last_rng_state, "wall": wall(),
+            "meters": {"interval": interval_meter.state_dict(), "epoch": epoch_meter.state_dict()},
+        }
+        names = []
+        if end_of_epoch and not ck.no_epoch_checkpoints and e % ck.save_interval == 0:
+            names.append(ckpt_io.epoch_name(e))
+        if reason_updates and not ck.no_epoch_checkpoints:
+            names.append(ckpt_io.update_name(e, n))
+        if val is not None and val == best:
+            names.append("checkpoint_best.pt")
+            if ck.keep_best_checkpoints > 0:
+                names.append(ckpt_io.best_k_name(ck.best_checkpoint_metric, val))
+        if not ck.no_last_checkpoints:
+            names.append("checkpoint_last.pt")
+        if not names:
+            return
+        first = os.path.join(ck.save_dir, names[0])
+        ckpt_io.save_checkpoint(state, first)
+        for name in names[1:]:
+            ckpt_io.copy_checkpoint(first, os.path.join(ck.save_dir, name))
+        ckpt_io.cleanup(ck.save_dir, ck.keep_last_epochs, ck.keep_interval_updates,
+                        ck.keep_best_checkpoints, ck.maximize_best_checkpoint_metric)
+        last_save_time = time.perf_counter()
+        logger.info("saved %s (epoch %d, %d updates)", ", ".join(names), e, n)
+
+    def log_stats(meter: Meter) -> dict:
+        s = meter.sums
+        m = derived_metrics(s)
+        elapsed = max(meter.elapsed(), 1e-9)
+        count = max(meter.count, 1)
+        wps = s.get("ntokens", 0.0) / elapsed
+        out = {"loss": m["loss"], "nll_loss": m["nll_loss"], "ppl": m["ppl"], "wps": wps, "ups": count / elapsed,
+               "wpb": s.get("ntokens", 0.0) / count, "bsz": s.get("nsentences", 0.0) / count,
+               "lr": trainer.get_lr(), "gnorm": s.get("gnorm", 0.0) / count, "clip": s.get("clip", 0.0) / count}
+        if trainer.scaler is not None:
+            out["loss_scale"] = trainer.loss_scale()
+        tok_len = s.get("ntokens", 0.0) / max(s.get("nsentences", 1.0), 1.0)
+        try:
+            flops = 3 * model.flops_per_target_token(max(int(tok_len), 1), max(int(tok_len), 1))
+            gflops = flops * wps / 1e9
+            out["gflops"] = gflops
+            if mm_rate > 0:
+                out["mfu"] = gflops / (mm_rate * info.world_size)
+        except Exception:  # a plugin model without flops_per_target_token
+            pass
+        out["wall"] = wall()
+        return out
+
+    stop = _StopFlag()
+    stop.install()
+    max_update = opt.max_update or math.inf
+    max_epoch = opt.max_epoch or math.inf
+    reason = None
+    try:
+        while reason is None:
+            if epoch_itr.epoch > max_epoch or (epoch_itr.epoch == max_epoch and epoch_itr.end_of_epoch()):
+                reason = f"reached --max-epoch {opt.max_epoch}"
+                break
+            if trainer.num_updates >= max_update:
+                reason = f"reached --max-update {opt.max_update}"
+                break
+            itr = epoch_itr.next_epoch_itr(shuffle=True)
+            if train_state.get("rng") is not None and not ck.reset_dataloader:
+                set_rng_state(train_state.pop("rng"))  # the exact RNG stream of the interrupted run
+            progress.start_epoch(epoch_itr.epoch, len(epoch_itr) if hasattr(epoch_itr, "__len__") else None,
+                                 initial=getattr(epoch_itr, "iterations_in_epoch", 0))
+            end_of_epoch = False
+            for samples in _grouped(itr, opt.update_freq):
+                values = trainer.train_step(samples)
+                progress.advance(len(samples))
+                if values is not None:
+                    interval_meter.add({k: v for k, v in values.items() if k != "lr"})
+                    epoch_meter.add({k: v for k, v in values.items() if k != "lr"})
+                n = trainer.num_updates
+                end_of_epoch = not epoch_itr.has_next() if hasattr(epoch_itr, "has_next") else epoch_itr.end_of_epoch()
+                if values is not None and lg.log_interval > 0 and n % lg.log_interval == 0:
+                    progress.log(log_stats(interval_meter), tag="train_inner", step=n)
+                    interval_meter.reset()
+                stop_now = None
+                if n >= max_update:
+                    stop_now = f"reached --max-update {opt.max_update}"
+                elif opt.stop_time_hours > 0 and wall() > opt.stop_time_hours * 3600:
+                    stop_now = f"reached --stop-time-hours {opt.stop_time_hours}"
+                elif stop.signum is not None:
+                    stop_now = f"received {signal.Signals(stop.signum).name}"
+                if info.world_size > 1:  # every rank stops at the same update
+                    flag = distributed.all_reduce_max(torch.tensor([1.0 if stop_now else 0.0], device=device))
+                    if flag.item() > 0 and stop_now is None:
+                        stop_now = "another rank stopped"
+                by_updates = values is not None and ck.save_interval_updates > 0 and n % ck.save_interval_updates == 0
+                by_minutes = ck.save_interval_minutes > 0 and time.perf_counter() - last_save_time >= ck.save_interval_minutes * 60
+                do_validate = bool(valid_subsets) and stop.signum is None and (
+                    (end_of_epoch and epoch_itr.epoch % opt.validate_interval == 0)
+                    or (values is not None and opt.validate_interval_updates > 0 and n % opt.validate_interval_updates == 0)
+                    or (stop_now is not None and stop_now.startswith("reached")))
+                do_save = end_of_epoch or by_updates or by_minutes or stop_now is not None
+                if do_validate or do_save:
+                    trainer.snapshot_rng()
+                val = None
+                if do_validate:
+                    val = validate()
+                    if val is not None:
+                        if better(val):
+                            best, bad_validations = val, 0
+                        else:
+                            bad_validations += 1
+                        if ck.patience >= 0 and bad_validations >= ck.patience > 0 and stop_now is None:
+                            stop_now = (f"early stop: {ck.best_checkpoint_metric} did not improve for "
+                                        f"{ck.patience} validations (--patience)")
+                if do_save:
+                    save(end_of_epoch and (epoch_itr.epoch % ck.save_interval == 0), val,
+                         by_updates or by_minutes)
+                if stop_now is not None:
+                    reason = stop_now
+                    break
+                if end_of_epoch:
+                    break
+            progress.end_epoch()
+            if end_of_epoch:
+                stats = log_stats(epoch_meter)
+                stats["epoch"] = epoch_itr.epoch
+                progress.print(stats, tag="train", step=trainer.num_updates)
+                epoch_meter.reset()
+                lr_scheduler.step(epoch_itr.epoch, best)
+            if reason is None and not end_of_epoch:
+                reason = "the data iterator ended"
+    finally:
+        stop.restore()
+        progress.close()
+    if info.is_master:
+        msg = f"done training: {reason}; {trainer.num_updates} updates in {wall():.0f}s"
+        if stop.signum is not None:
+            msg += f"; checkpoint_last.pt saved in {ck.save_dir}, run the same command to resume"
+        progress.message(msg) if progress.enabled else logger.info(msg)
+    return 0

@@ -1,0 +1,80 @@
+"""Criteria against formulas written out independently (with padding)."""
+import math
+
+import torch
+
+from nmt_toolkit.criterions import derived_metrics
+from nmt_toolkit.criterions.cross_entropy import CrossEntropyCriterion
+from nmt_toolkit.criterions.label_smoothed_cross_entropy import (LabelSmoothedCrossEntropyConfig,
+                                                                 LabelSmoothedCrossEntropyCriterion)
+
+PAD = 1
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+        return self.logits
+
+
+def _sample(B=3, T=5, V=11, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, T, V, generator=g)
+    target = torch.randint(4, V, (B, T), generator=g)
+    target[0, 3:] = PAD
+    target[2, 1:] = PAD
+    ntokens = int(target.ne(PAD).sum())
+    sample = {"net_input": {"src_tokens": None, "src_lengths": None, "prev_output_tokens": None},
+              "target": target, "ntokens": ntokens, "nsentences": B, "id": torch.arange(B)}
+    return _Logits(logits), sample, logits, target
+
+
+def _direct(logits, target, eps):
+    """Cross-entropy against q(y)=1-eps, q(v!=y)=eps/(V-1), summed over non-pad positions, by loops."""
+    V = logits.size(-1)
+    total = nll_total = 0.0
+    for b in range(target.size(0)):
+        for t in range(target.size(1)):
+            y = int(target[b, t])
+            if y == PAD:
+                continue
+            logp = torch.log_softmax(logits[b, t].double(), -1)
+            q = torch.full((V,), eps / (V - 1), dtype=torch.float64)
+            q[y] = 1 - eps
+            total += float(-(q * logp).sum())
+            nll_total += float(-logp[y])
+    return total, nll_total
+
+
+def test_label_smoothing_equals_direct_formula_with_padding():
+    model, sample, logits, target = _sample()
+    crit = LabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyConfig(label_smoothing=0.1), padding_idx=PAD)
+    loss, sample_size, log = crit(model, sample)
+    want, want_nll = _direct(logits, target, 0.1)
+    assert sample_size == sample["ntokens"]
+    assert abs(float(loss) - want) < 1e-4 * max(1, abs(want))
+    assert abs(float(log["nll_loss"]) - want_nll) < 1e-4 * max(1, abs(want_nll))
+
+
+def test_zero_smoothing_is_cross_entropy_and_padding_ignored():
+    model, sample, logits, target = _sample(seed=1)
+    ls = LabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyConfig(label_smoothing=0.0), padding_idx=PAD)
+    ce = CrossEntropyCriterion(padding_idx=PAD)
+    a, _, _ = ls(model, sample)
+    b, _, _ = ce(model, sample)
+    _, want = _direct(logits, target, 0.0)
+    assert abs(float(a) - want) < 1e-4 and abs(float(b) - want) < 1e-4
+    # changing logits at padded positions changes nothing
+    logits2 = logits.clone()
+    logits2[2, 1:] += 100.0
+    c, _, _ = ce(_Logits(logits2), sample)
+    assert abs(float(c) - float(b)) < 1e-5
+
+
+def test_metrics_are_base_2_and_ppl():
+    agg = {"loss": 10 * math.log(2) * 3.0, "nll_loss": 10 * math.log(2) * 2.0, "ntokens": 10, "sample_size": 10}
+    m = derived_metrics(agg)
+    assert abs(m["loss"] - 3.0) < 1e-9 and abs(m["nll_loss"] - 2.0) < 1e-9 and abs(m["ppl"] - 4.0) < 1e-9
