@@ -1,0 +1,70 @@
+"""nmt-average-checkpoints: average the weights of the last N checkpoints (the paper: 5 for base, 20 for big).
+
+    nmt-average-checkpoints --inputs ck/ --num-update-checkpoints 5 --output ck/averaged.pt
+    nmt-average-checkpoints --inputs ck/ --num-epoch-checkpoints 5 --output ck/averaged.pt
+    nmt-average-checkpoints --inputs a.pt,b.pt,c.pt --output averaged.pt   (or --inputs a.pt --inputs b.pt …)
+
+Averaging is done in float64 and stored in the original dtype; the optimizer state is dropped and the
+configuration kept, so the output is used directly by nmt-generate.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import CommonConfig, Group, build_command, option
+from nmt_toolkit.errors import UsageError
+
+logger = logging.getLogger("nmt_toolkit.average")
+
+
+@dataclass
+class AverageConfig:
+    inputs: list[str] = option([], "checkpoint files (repeat, or comma-separated), or one folder with "
+                                   "--num-epoch-checkpoints / --num-update-checkpoints", multiple=True,
+                               metavar="PATH")
+    output: Optional[str] = option(None, "where to write the averaged checkpoint", metavar="FILE")
+    num_epoch_checkpoints: int = option(0, "average the last N checkpoint<epoch>.pt of the --inputs folder")
+    num_update_checkpoints: int = option(0, "average the last N checkpoint_<epoch>_<updates>.pt of the folder")
+    checkpoint_upper_bound: Optional[int] = option(None, "ignore checkpoints after this epoch / update number")
+
+
+def average(configs: dict) -> int:
+    from nmt_toolkit.training.averaging import select_checkpoints, write_average
+
+    cfg: AverageConfig = configs["average"]
+    if not cfg.output:
+        raise UsageError("--output is required")
+    inputs = [p for item in cfg.inputs for p in item.split(",") if p]
+    if not inputs:
+        raise UsageError("--inputs is required (checkpoint files or a folder)")
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
+        paths = select_checkpoints(inputs[0], cfg.num_epoch_checkpoints, cfg.num_update_checkpoints,
+                                   cfg.checkpoint_upper_bound)
+    else:
+        if cfg.num_epoch_checkpoints or cfg.num_update_checkpoints:
+            raise UsageError("--num-epoch-checkpoints / --num-update-checkpoints need a folder as --inputs")
+        paths = inputs
+    logger.info("averaging %d checkpoints: %s", len(paths), ", ".join(paths))
+    write_average(paths, cfg.output)
+    logger.info("wrote %s", cfg.output)
+    print(cfg.output)
+    return 0
+
+
+def run(argv=None, prog: str = "nmt-average-checkpoints") -> int:
+    from nmt_toolkit.cli.common import run_cli
+
+    groups = [Group("common", CommonConfig), Group("average", AverageConfig, "averaging options")]
+    return run_cli(prog, lambda a: build_command(prog, groups, average, help=__doc__), argv)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
