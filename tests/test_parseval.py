@@ -1,0 +1,285 @@
+"""EVALB semantics, case by case. Expected numbers are worked out by hand from EVALB's README
+and evalb.c (each case says how), never copied from this implementation's output."""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from nmt_toolkit.scoring.parseval import (
+    COLLINS, ERROR, OK, SKIP, EvalbParams, ParsevalError, Tree, evaluate, load_params, parse_tree,
+    read_trees, strip_function_tags,
+)
+
+DATA = Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+def data_path(relative: str) -> Path:
+    path = DATA / relative
+    if not path.exists():
+        if os.environ.get("NMT_TOOLKIT_REQUIRE_DATA") == "1":
+            pytest.fail(f"test data {path} is missing (NMT_TOOLKIT_REQUIRE_DATA=1)")
+        pytest.skip(f"test data {path} not found; set NMT_TOOLKIT_TEST_DATA")
+    return path
+
+
+def one(gold: str, test: str, params: EvalbParams = COLLINS):
+    result = evaluate([gold], [test], params)
+    return result, result.sentences[0]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_parse_unwraps_the_ptb_root_and_keeps_tags():
+    tree = parse_tree("( (S (NP-SBJ (-LRB- -LRB-) (NNP John)) (VP (VBD ran))) )")
+    assert tree.label == "S"
+    assert tree.pos() == [("-LRB-", "-LRB-"), ("John", "NNP"), ("ran", "VBD")]
+    assert str(tree) == "(S (NP-SBJ (-LRB- -LRB-) (NNP John)) (VP (VBD ran)))"
+
+
+@pytest.mark.parametrize("bad", ["(S (NP (NN a))", "(S (NN a)))", "(S (NN a b))", "(S (NN a) b)",
+                                 "(S (NN a)) (S (NN b))", "(S (NP) (NN a))", "word"])
+def test_malformed_tree_names_the_line(bad):
+    with pytest.raises(ParsevalError, match="line 2") as info:
+        read_trees(["(S (NN ok))", bad])
+    assert isinstance(info.value, ValueError)
+
+
+def test_blank_lines_are_no_parse_but_trailing_ones_are_dropped():
+    assert read_trees(["(S (NN a))", "", "(S (NN b))", "", ""])[1] is None
+    assert len(read_trees(["(S (NN a))", "", "(S (NN b))", "", ""])) == 3
+
+
+def test_function_tags_are_cut_but_dash_labels_stay():
+    assert [strip_function_tags(x) for x in ["NP-SBJ-1", "NP=2", "ADVP-DIR=4", "-NONE-", "-LRB-", "PRT|ADVP"]] == \
+        ["NP", "NP", "ADVP", "-NONE-", "-LRB-", "PRT|ADVP"]
+
+
+# ----------------------------------------------------------------------------- single sentences
+
+
+def test_perfect_parse_is_100_everywhere():
+    tree = "(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))"
+    result, sent = one(tree, tree)
+    assert (result.recall, result.precision, result.f1, result.complete_match) == (100, 100, 100, 100)
+    assert result.tagging_accuracy == 100 and result.average_crossing == 0 and result.no_crossing == 100
+    assert (sent.matched, sent.gold_brackets, sent.words, sent.length) == (3, 3, 3, 4)  # "." not a word
+
+
+def test_hand_computed_attachment_error():
+    # words The cat sat on the mat . -> '.' deleted, 6 scored words, length 7 (punctuation counts there).
+    # gold: S(0,6) NP(0,2) VP(2,6) PP(3,6) NP(4,6); test: S(0,6) NP(0,2) VP(2,3) PP(3,6) NP(4,6).
+    # 4 of 5 match both ways; VP(2,3) sits inside gold VP(2,6): no crossing. 'sat' mistagged: 5/6 tags.
+    gold = "(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
+    test = "(S (NP (DT The) (NN cat)) (VP (VBN sat)) (PP (IN on) (NP (DT the) (NN mat))) (. .))"
+    result, sent = one(gold, test)
+    assert (sent.length, sent.matched, sent.gold_brackets, sent.test_brackets, sent.crossing) == (7, 4, 5, 5, 0)
+    assert (sent.words, sent.correct_tags) == (6, 5)
+    assert result.recall == pytest.approx(80) and result.precision == pytest.approx(80)
+    assert result.f1 == pytest.approx(80) and result.complete_match == 0
+    assert result.tagging_accuracy == pytest.approx(500 / 6)
+
+
+def test_readme_sentence_line_format():
+    # README [4]: "   1    8    0  100.00 100.00     5      5    5      0      6     5    83.33"
+    # 8 tokens with 2 punctuation marks, 5 brackets all right, one of the 6 scored tags wrong.
+    gold = "(S (NP (DT The) (NN dog)) (, ,) (VP (VBD barked) (RB loudly) (PP (IN at) (NP (NN night)))) (. .))"
+    test = gold.replace("(RB loudly)", "(JJ loudly)")
+    result, sent = one(gold, test)
+    assert sent.line() == "   1    8    0  100.00 100.00     5      5    5      0      6     5    83.33"
+    assert result.full_text().splitlines()[3] == sent.line()
+
+
+def test_deleted_labels_top_punctuation_and_traces():
+    # TOP is not a bracket; '.' is not a word, so attaching it elsewhere changes no span.
+    result, sent = one("(TOP (S (NP (NNP John)) (VP (VBD ran)) (. .)))",
+                       "(TOP (S (NP (NNP John)) (VP (VBD ran) (. .))))")
+    assert (sent.gold_brackets, sent.matched, sent.words, sent.length) == (3, 3, 2, 3)
+    assert result.f1 == 100
+    # An NP dominating only a trace disappears with it; the trace is not part of the length.
+    result, sent = one("(S (NP-SBJ (-NONE- *)) (VP (VB go) (SBAR (-NONE- 0) (S (-NONE- *T*-1)))))",
+                       "(S (VP (VB go)))")
+    assert (sent.gold_brackets, sent.test_brackets, sent.matched, sent.length) == (2, 2, 2, 1)
+    # A constituent holding only punctuation spans nothing and is dropped too.
+    _, sent = one("(S (NP (NN x)) (PRN (, ,)) (VP (VB y)))", "(S (NP (NN x)) (, ,) (VP (VB y)))")
+    assert (sent.gold_brackets, sent.matched, sent.length) == (3, 3, 3)
+
+
+def test_advp_and_prt_are_equal_labels():
+    gold = "(S (NP (PRP He)) (VP (VBD gave) (PRT (RP up))))"
+    test = "(S (NP (PRP He)) (VP (VBD gave) (ADVP (RP up))))"
+    assert one(gold, test)[0].f1 == 100
+    no_eq = dataclasses.replace(COLLINS, eq_labels=())
+    assert one(gold, test, no_eq)[0].recall == pytest.approx(75)  # S NP VP match, PRT does not
+
+
+def test_function_tags_do_not_matter():
+    assert one("(S (NP-SBJ-1 (PRP He)) (VP=2 (VBD ran)))", "(S (NP (PRP He)) (VP (VBD ran)))")[0].f1 == 100
+
+
+def test_unlabeled_parameter_ignores_labels():
+    unlabeled = dataclasses.replace(COLLINS, labeled=False)
+    result, _ = one("(S (NP (DT a) (NN b)) (VP (VB c)))", "(X (Y (DT a) (NN b)) (Z (VB c)))", unlabeled)
+    assert result.f1 == 100
+
+
+def test_unary_chains_count_each_level():
+    # gold S(0,1) VP(0,1); test S(0,1): recall 1/2, precision 1/1.
+    result, _ = one("(S (VP (VB Go)))", "(S (VB Go))")
+    assert (result.recall, result.precision) == (50, 100)
+    # the same multiset of (label, span) in a different order is a perfect match
+    assert one("(S (VP (VB Go)))", "(VP (S (VB Go)))")[0].f1 == 100
+
+
+def test_duplicate_brackets_are_a_multiset():
+    # README [7].5: n gold copies, m test copies of (NP, span) match min(n, m) times.
+    gold = "(S (NP (NP (DT the) (NN man))) (VP (VBD left)))"      # S, NP, NP, VP
+    test = "(S (NP (DT the) (NN man)) (VP (VBD left)))"           # S, NP, VP
+    result, sent = one(gold, test)
+    assert (sent.matched, result.recall, result.precision) == (3, 75, 100)
+    test3 = "(S (NP (NP (NP (DT the) (NN man)))) (VP (VBD left)))"  # S, NP x3, VP
+    result, sent = one(gold, test3)
+    assert (sent.matched, result.recall, result.precision) == (4, 100, 80)
+
+
+def test_crossing_counts_test_brackets_once():
+    # gold S(0,4) NP(0,2) VP(2,4); test S(0,4) XP(1,3). XP crosses both NP and VP but counts once.
+    result, sent = one("(S (NP (DT a) (NN b)) (VP (VB c) (NN d)))", "(S (DT a) (XP (NN b) (VB c)) (NN d))")
+    assert (sent.crossing, sent.matched) == (1, 1)
+    assert result.recall == pytest.approx(100 / 3) and result.precision == 50
+    assert result.f1 == pytest.approx(40)
+
+
+RIGHT = "(S (A (X a) (B (X b) (C (X c) (D (X d) (X e))))))"   # S A (0,5) B(1,5) C(2,5) D(3,5)
+LEFT = "(S (A (B (C (D (X a) (X b)) (X c)) (X d)) (X e)))"    # S A (0,5) B(0,4) C(0,3) D(0,2)
+
+
+def test_three_crossings_and_the_crossing_summary():
+    _, sent = one(RIGHT, LEFT)  # B(0,4), C(0,3), D(0,2) each cross gold B(1,5)
+    assert (sent.crossing, sent.matched) == (3, 2)
+    perfect = "(S (NP (NN x)) (VP (VB y)))"
+    crossing1 = ("(S (NP (DT a) (NN b)) (VP (VB c) (NN d)))", "(S (DT a) (XP (NN b) (VB c)) (NN d))")
+    result = evaluate([crossing1[0], RIGHT, perfect], [crossing1[1], LEFT, perfect])
+    assert result.average_crossing == pytest.approx(4 / 3)
+    assert result.no_crossing == pytest.approx(100 / 3)
+    assert result.two_or_less_crossing == pytest.approx(200 / 3)
+    assert result.complete_match == pytest.approx(100 / 3)
+    # brackets: matched 1+2+3, gold 3+5+3, test 2+5+3
+    assert (result.overall.matched, result.overall.gold_brackets, result.overall.test_brackets) == (6, 11, 10)
+
+
+# ----------------------------------------------------------------------------- errors and skips
+
+
+def test_length_mismatch_is_an_error_sentence_left_out_of_the_scores():
+    gold = ["(S (NP (NN a)) (VP (VB b)))", "(S (NP (NN x)) (VP (VB y)))"]
+    test = ["(S (NP (NN a)) (VP (VB b) (NN c)))", "(S (NP (NN x)) (VP (VB y)))"]
+    result = evaluate(gold, test)
+    assert [s.status for s in result.sentences] == [ERROR, OK]
+    assert (result.overall.sentences, result.overall.error_sentences, result.overall.valid_sentences) == (2, 1, 1)
+    assert result.f1 == 100 and result.overall.words == 2
+    assert result.errors == ["sentence 1: Length unmatch (2|3)"]
+
+
+def test_punctuation_tagged_as_a_word_is_a_length_mismatch_under_collins():
+    # The README's 2006 note: gold (, ,) is deleted, test (NN ,) is not -> lengths 2 vs 3.
+    _, sent = one("(S (NP (NN a)) (, ,) (VP (VB b)))", "(S (NP (NN a)) (NN ,) (VP (VB b)))")
+    assert sent.status == ERROR and "Length unmatch (2|3)" in sent.message
+
+
+def test_quote_label_puts_a_mistagged_quote_back():
+    # With QUOTE_LABEL (as in EVALB's new.prm) the deleted gold '' is reinserted: 3 words both sides,
+    # gold S(0,3) NP(0,2) VP(2,3) = test; the quote's tag differs: 2/3 tags.
+    quotes = dataclasses.replace(COLLINS, quote_labels=frozenset({"''", "POS"}))
+    gold, test = "(S (NP (NNP John) ('' ')) (VP (VBD left)))", "(S (NP (NNP John) (POS ')) (VP (VBD left)))"
+    assert one(gold, test)[1].status == ERROR
+    result, sent = one(gold, test, quotes)
+    assert (sent.status, sent.matched, sent.gold_brackets, sent.words, sent.correct_tags) == (OK, 3, 3, 3, 2)
+
+
+def test_different_words_are_an_error():
+    _, sent = one("(S (NN a) (VB b))", "(S (NN a) (VB c))")
+    assert sent.status == ERROR and sent.message == "Words unmatch (b|c)"
+
+
+def test_missing_parse_is_a_skip_sentence():
+    result = evaluate(["(S (NN a))", "(S (NN b))"], [None, "(S (NN b))"])
+    assert [s.status for s in result.sentences] == [SKIP, OK]
+    assert (result.overall.skip_sentences, result.overall.valid_sentences, result.f1) == (1, 1, 100)
+
+
+def test_different_tree_counts_and_too_many_errors_raise():
+    with pytest.raises(ParsevalError, match="gold has 2 trees but test has 1"):
+        evaluate(["(S (NN a))", "(S (NN b))"], ["(S (NN a))"])
+    # EVALB's Error() exits once its count already exceeds MAX_ERROR: with MAX_ERROR 1, two errors pass.
+    strict = dataclasses.replace(COLLINS, max_error=1)
+    gold, bad = "(S (NN a) (NN b))", "(S (NN a))"
+    assert evaluate([gold] * 2, [bad] * 2, strict).overall.error_sentences == 2
+    with pytest.raises(ParsevalError, match="MAX_ERROR=1"):
+        evaluate([gold] * 3, [bad] * 3, strict)
+
+
+# ----------------------------------------------------------------------------- len<=40 and the summary
+
+
+def test_cutoff_block_uses_gold_length_with_punctuation_without_traces():
+    words41 = " ".join(f"(NN w{i})" for i in range(40)) + " (. .)"          # length 41
+    traced = " ".join(f"(NN w{i})" for i in range(40)) + " (-NONE- *) (-NONE- *T*)"  # length 40
+    gold = [f"(S {words41})", f"(S {traced})"]
+    result = evaluate(gold, [f"(S {words41})", f"(S {' '.join(f'(NN w{i})' for i in range(40))})"])
+    assert [s.length for s in result.sentences] == [41, 40]
+    assert (result.overall.sentences, result.short.sentences) == (2, 1)
+    assert result.short.words == 40 and result.overall.words == 80
+
+
+def test_summary_text_matches_evalb_layout():
+    gold = "(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
+    test = "(S (NP (DT The) (NN cat)) (VP (VBN sat)) (PP (IN on) (NP (DT the) (NN mat))) (. .))"
+    block = """Number of sentence        =      1
+Number of Error sentence  =      0
+Number of Skip  sentence  =      0
+Number of Valid sentence  =      1
+Bracketing Recall         =  80.00
+Bracketing Precision      =  80.00
+Bracketing FMeasure       =  80.00
+Complete match            =   0.00
+Average crossing          =   0.00
+No crossing               = 100.00
+2 or less crossing        = 100.00
+Tagging accuracy          =  83.33
+"""
+    expected = "=== Summary ===\n\n-- All --\n" + block + "\n-- len<=40 --\n" + block
+    assert evaluate([gold], [test]).summary_text() == expected
+
+
+# ----------------------------------------------------------------------------- parameter files
+
+
+def test_collins_prm_file_gives_the_builtin_params():
+    assert load_params(data_path("evalb-params/COLLINS.prm")) == COLLINS
+
+
+def test_other_parameter_files(tmp_path):
+    prm = tmp_path / "mine.prm"
+    prm.write_text("# comment\nLABELED 0\nCUTOFF_LEN 10\nDELETE_LABEL S1\nEQ_LABEL NP NX\nEQ_WORD a A\n")
+    params = load_params(prm)
+    assert (params.labeled, params.cutoff_len, params.delete_labels) == (False, 10, frozenset({"S1"}))
+    assert params.label_eq("NX", "NP") and params.word_eq("A", "a")
+    prm.write_text("LABELED 1\nEQ_LABEL ADVP PRT X\n")
+    with pytest.raises(ParsevalError, match=r"mine\.prm:2"):
+        load_params(prm)
+    prm.write_text("CUTOFF_LEN forty\n")
+    with pytest.raises(ParsevalError, match="whole number"):
+        load_params(prm)
+
+
+def test_tree_objects_and_files_are_accepted(tmp_path):
+    path = tmp_path / "gold.trees"
+    path.write_text("( (S (NP (NN a)) (VP (VB b))) )\n(S (NN c))\n")
+    trees = read_trees(path)
+    assert all(isinstance(t, Tree) for t in trees)
+    assert evaluate(trees, [str(t) for t in trees]).f1 == 100
+    with pytest.raises(ParsevalError, match="cannot read"):
+        read_trees(tmp_path / "missing.trees")
