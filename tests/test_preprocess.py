@@ -1,0 +1,175 @@
+"""nmt-preprocess end to end through its run() function: real corpora, determinism, shards, bad input."""
+import filecmp
+import json
+import os
+
+import numpy as np
+import pytest
+
+from nmt_toolkit.cli.preprocess import run
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset
+
+
+def _subset(src_prefix, dst_prefix, n, langs=("en", "de")):
+    for lang in langs:
+        with open(f"{src_prefix}.{lang}", encoding="utf-8") as f:
+            lines = [next(f) for _ in range(n)]
+        with open(f"{dst_prefix}.{lang}", "w", encoding="utf-8") as f:
+            f.writelines(lines)
+
+
+def _tree(path):
+    return {p: open(os.path.join(path, p), "rb").read() for p in sorted(os.listdir(path))
+            if os.path.isfile(os.path.join(path, p))}
+
+
+def test_sentencepiece_roundtrip_multi30k(data_dir, tmp_path):
+    import sentencepiece as spm
+
+    m = data_dir / "multi30k"
+    _subset(m / "train", tmp_path / "train", 4000)
+    dest = tmp_path / "bin"
+    rc = run(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(tmp_path / "train"),
+              "--validpref", str(m / "val"), "--bpe", "sentencepiece", "--bpe-vocab-size", "2000",
+              "--joined-dictionary", "--workers", "2", "--destdir", str(dest), "--no-progress-bar"])
+    assert rc == 0
+    record = json.loads((dest / "preprocess.json").read_text())
+    assert record["subword"]["type"] == "sentencepiece" and record["splits"]["train"]["sentences"] == 4000
+    assert record["splits"]["valid"]["en"]["unk_rate"] < 0.01
+    assert (dest / "dict.en.txt").read_bytes() == (dest / "dict.de.txt").read_bytes()
+    d = Dictionary.load(str(dest / "dict.en.txt"))
+    assert len(d) % 8 == 0
+    sp = spm.SentencePieceProcessor(model_file=str(dest / record["subword"]["model"]))
+    for split, prefix in (("train", tmp_path / "train"), ("valid", m / "val")):
+        for lang in ("en", "de"):
+            ds = MMapIndexedDataset(str(dest / f"{split}.en-de.{lang}"))
+            raw = open(f"{prefix}.{lang}", encoding="utf-8").read().split("\n")[: len(ds)]
+            assert len(ds) == len(raw)
+            for i, line in enumerate(raw):
+                ids = ds[i]
+                assert ids[-1] == d.eos()
+                assert [d[t] for t in ids[:-1]] == sp.encode(line, out_type=str), (split, lang, i)
+
+
+def test_workers_output_byte_identical(data_dir, tmp_path):
+    w = data_dir / "wmt14-sample"
+    args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", str(w / "train"), "--validpref",
+            str(w / "valid"), "--no-progress-bar", "--destdir"]
+    assert run(args + [str(tmp_path / "w1"), "--workers", "1"]) == 0
+    assert run(args + [str(tmp_path / "w2"), "--workers", "2"]) == 0
+    a, b = _tree(tmp_path / "w1"), _tree(tmp_path / "w2")
+    a.pop("preprocess.json"), b.pop("preprocess.json")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
+    ds = MMapIndexedDataset(str(tmp_path / "w2" / "train.en-de.en"))
+    d = Dictionary.load(str(tmp_path / "w2" / "dict.en.txt"))
+    first = open(w / "train.en", encoding="utf-8").readline()
+    assert ds[0].tolist() == d.encode_line(first).tolist() and len(ds) == 10000
+
+
+def test_subword_nmt_and_reuse(data_dir, tmp_path):
+    w = data_dir / "wmt14-sample"
+    _subset(w / "train", tmp_path / "train", 1500)
+    dest = tmp_path / "bin"
+    assert run(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(tmp_path / "train"),
+                "--bpe", "subword_nmt", "--bpe-merges", "300", "--joined-dictionary", "--destdir", str(dest),
+                "--no-progress-bar"]) == 0
+    from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+    task = TranslationTask.setup_task(TranslationConfig(data=str(dest)))
+    codec = task.subword()
+    line = open(tmp_path / "train.en", encoding="utf-8").readline()
+    assert "@@ " in codec.encode(line) and codec.decode(codec.encode(line)) == " ".join(line.split())
+    ds = task.load_dataset("train")
+    assert task.tgt_dict.string(ds[0]["source"], bpe_symbol=task.bpe_symbol()) == " ".join(line.split())
+    # reuse the stored codes with --bpe-model: same output
+    assert run(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(tmp_path / "train"),
+                "--bpe", "subword_nmt", "--bpe-model", str(dest / "bpe.codes"), "--joined-dictionary",
+                "--destdir", str(tmp_path / "again"), "--no-progress-bar"]) == 0
+    assert filecmp.cmp(dest / "train.en-de.de.bin", tmp_path / "again" / "train.en-de.de.bin", shallow=False)
+
+
+def _tiny(tmp_path, name, src_lines, tgt_lines, mode="w"):
+    (tmp_path / f"{name}.en").write_bytes(src_lines if isinstance(src_lines, bytes) else src_lines.encode())
+    (tmp_path / f"{name}.de").write_bytes(tgt_lines if isinstance(tgt_lines, bytes) else tgt_lines.encode())
+    return str(tmp_path / name)
+
+
+def _prep(prefix, dest, *extra):
+    return run(["--source-lang", "en", "--target-lang", "de", "--trainpref", prefix, "--destdir", str(dest),
+                "--no-progress-bar", *extra])
+
+
+def test_num_shards_layout_and_epoch_reading(tmp_path):
+    prefix = _tiny(tmp_path, "t", "".join(f"a b {i}\n" for i in range(10)), "".join(f"x {i}\n" for i in range(10)))
+    _tiny(tmp_path, "v", "a\n", "x\n")
+    dest = tmp_path / "bin"
+    assert _prep(prefix, dest, "--validpref", str(tmp_path / "v"), "--num-shards", "3") == 0
+    assert sorted(os.listdir(dest)) == ["dict.de.txt", "dict.en.txt", "preprocess.json", "shard0", "shard1",
+                                        "shard2", "valid.en-de.de.bin", "valid.en-de.de.idx",
+                                        "valid.en-de.en.bin", "valid.en-de.en.idx"]
+    sizes = [len(MMapIndexedDataset(str(dest / f"shard{k}" / "train.en-de.de"))) for k in range(3)]
+    assert sizes == [3, 3, 4]
+    from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+    task = TranslationTask.setup_task(TranslationConfig(data=str(dest), max_tokens=100))
+    assert task.num_shards("train") == 3
+    itr = task.get_batch_iterator("train", seed=1, epoch=1)
+    seen = []
+    for _ in range(4):
+        ids = sorted(i for b in itr.next_epoch_itr() for i in b["id"].tolist())
+        seen.append((itr.epoch, len(ids)))
+    assert seen == [(1, 3), (2, 3), (3, 4), (4, 3)]
+
+
+def _assert_error(capsys, rc, *words):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1, err
+    for w in words:
+        assert w in err[0], (w, err[0])
+
+
+def test_bad_inputs_leave_destdir_untouched(tmp_path, capsys):
+    good = _tiny(tmp_path, "good", "a b\nc\n", "x y\nz\n")
+    dest = tmp_path / "bin"
+    assert _prep(good, dest) == 0
+    before = _tree(dest)
+    capsys.readouterr()
+
+    rc = _prep(str(tmp_path / "missing"), dest)
+    _assert_error(capsys, rc, "missing.en", "no such file")
+
+    bad = _tiny(tmp_path, "mismatch", "a\nb\nc\n", "x\ny\n")
+    rc = _prep(bad, dest)
+    _assert_error(capsys, rc, "mismatch.en", "mismatch.de", "3", "2")
+
+    bad = _tiny(tmp_path, "utf", "ok\n\xff".encode("latin-1") + b" broken\nok\n", "x\ny\nz\n")
+    rc = _prep(bad, dest)
+    _assert_error(capsys, rc, "utf.en", "line 2", "UTF-8")
+
+    bad = _tiny(tmp_path, "empty", "", "")
+    rc = _prep(bad, dest)
+    _assert_error(capsys, rc, "empty training set")
+
+    other = _tiny(tmp_path, "other", "p q\n", "r s\n")
+    rc = _prep(other, dest)
+    _assert_error(capsys, rc, "different dictionary", "--overwrite")
+    assert rc == 1
+
+    rc = run(["--trainpref", good, "--destdir", str(dest)])
+    _assert_error(capsys, rc, "--source-lang")
+    assert rc == 2
+
+    assert _tree(dest) == before
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]  # no temporary folder left behind
+
+    assert _prep(other, dest, "--overwrite") == 0
+    assert Dictionary.load(str(dest / "dict.en.txt")).symbols[4:6] == ["p", "q"]
+
+
+def test_help_lists_every_option(capsys):
+    assert run(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--source-lang", "--trainpref", "--joined-dictionary", "--srcdict", "--workers", "--bpe ",
+                 "--bpe-vocab-size", "--bpe-merges", "--bpe-model", "--num-shards", "--overwrite", "--padding-factor"):
+        assert flag in out
