@@ -75,6 +75,7 @@ class Trainer:
         else:
             self.wrapped = model
         self.last_rng_state: Optional[dict] = None
+        self._dummy: Optional[dict] = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -100,17 +101,28 @@ class Trainer:
         stats = []
         last = len(samples) - 1
         for i, sample in enumerate(samples):
-            sample = move_to(sample, self.device)
+            dummy = not sample  # a rank's filler batch at the end of an epoch: {} (see data/batching.py)
+            if dummy:
+                if self._dummy is None:
+                    continue
+                sample = self._dummy
+            else:
+                sample = move_to(sample, self.device)
+                self._dummy = sample
             no_sync = self.world_size > 1 and i < last
             with (self.wrapped.no_sync() if no_sync else contextlib.nullcontext()):
                 with self.autocast():
                     loss, sample_size, log = self.criterion(self.wrapped, sample)
+                if dummy:  # still join the gradient all-reduce, contributing nothing
+                    loss, log = loss * 0.0, {}
                 if self.scaler is not None:
                     self.scaler.scale(loss).backward()
                 else:
                     loss.backward()
             stats.append(torch.stack([torch.as_tensor(log.get(k, 0), dtype=torch.float64, device=self.device)
                                       for k in _STAT_KEYS]))
+        if not stats:
+            stats.append(torch.zeros(len(_STAT_KEYS), dtype=torch.float64, device=self.device))
         total = torch.stack(stats).sum(0) if len(stats) > 1 else stats[0]
         distributed.all_reduce_sum(total)
         values = dict(zip(_STAT_KEYS, total.tolist()))  # the one host sync of the update
@@ -170,6 +182,8 @@ class Trainer:
     def valid_step(self, sample: dict) -> dict:
         """Summed loss statistics of one validation batch (not reduced over ranks)."""
         self.model.eval()
+        if not sample:
+            return {k: 0.0 for k in _STAT_KEYS}
         sample = move_to(sample, self.device)
         with self.autocast():
             _, _, log = self.criterion(self.model, sample)
