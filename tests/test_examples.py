@@ -1,0 +1,184 @@
+"""The examples users run: quickstart, the WMT14 recipe in --local mode, PTB parsing on the sample.
+
+Fast tests check the helpers the scripts are built on (task generator, corpus cleaning, treebank
+preparation and tree rebuilding). The slow tests run the scripts end to end on real data, as CI does:
+``examples/wmt14/ci.sh``, ``examples/ptb_parsing/ci.sh`` and a shortened quickstart. The full quickstart
+(the README's main job, BLEU >= 90) runs when ``NMT_TOOLKIT_FULL_EXAMPLES=1``.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def _run(cmd, cwd, env_extra=None, timeout=900) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed with status {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+                             f"\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def _import_example(path: pathlib.Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------ fast: helpers
+
+
+def test_quickstart_task_is_deterministic_and_splits_are_disjoint(tmp_path):
+    make_task = _import_example(EXAMPLES / "quickstart" / "make_task.py")
+    sizes = {"train": 800, "valid": 50, "test": 50}
+    make_task.make_task(str(tmp_path / "a"), sizes, seed=3)
+    make_task.make_task(str(tmp_path / "b"), sizes, seed=3)
+    for split, n in sizes.items():
+        for side in ("src", "tgt"):
+            a = (tmp_path / "a" / f"{split}.{side}").read_text()
+            assert a == (tmp_path / "b" / f"{split}.{side}").read_text()
+            assert len(a.splitlines()) == n
+    train = set((tmp_path / "a" / "train.src").read_text().splitlines())
+    test = set((tmp_path / "a" / "test.src").read_text().splitlines())
+    assert not train & test
+
+
+def test_quickstart_task_reorders_and_agrees():
+    make_task = _import_example(EXAMPLES / "quickstart" / "make_task.py")
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        src, tgt = make_task.sentence(rng)
+        words = tgt.split()
+        assert words[-1] == "." and src.split()[-1] == "."
+        ke = words.index("ke")
+        # the verb (with its negation) comes after the object marker: SOV
+        assert len(words) - ke - 1 in (2, 3)
+        # a plural subject ("these", "some", "all", or a plural noun) never gets a singular present verb
+        if " sees " in f" {src} ":
+            assert words[-2].endswith("at")
+
+
+def test_clean_corpus_follows_moses_rules(tmp_path):
+    clean = _import_example(EXAMPLES / "wmt14" / "clean_corpus.py")
+    assert clean.keep(10, 15, 1, 250, 1.5)
+    assert not clean.keep(10, 16, 1, 250, 1.5)  # ratio 1.6
+    assert not clean.keep(0, 1, 1, 250, 1.5)  # empty side
+    assert not clean.keep(251, 251, 1, 250, 1.5)  # too long
+    (tmp_path / "c.en").write_text("a b\n&apos;s  x  y\nlong " + "w " * 300 + "\none\n")
+    (tmp_path / "c.de").write_text("a b c\n&quot;s x y\nlong\n1 2 3 4\n")
+    assert clean.main([str(tmp_path / "c"), "en", "de", str(tmp_path / "out"), "1", "250", "--ratio", "1.5",
+                       "--unescape"]) == 0
+    assert (tmp_path / "out.en").read_text().splitlines() == ["a b", "'s x y"]
+    assert (tmp_path / "out.de").read_text().splitlines() == ["a b c", '"s x y']
+
+
+def test_ptb_prepare_sample_split_and_round_trip(tmp_path, data_dir):
+    treebank = _import_example(EXAMPLES / "ptb_parsing" / "treebank.py")
+    from nmt_toolkit.scoring import parseval
+
+    out_mrg, out_line = tmp_path / "mrg", tmp_path / "oneline"
+    treebank.main(["prepare", str(data_dir / "ptb-sample" / "mrg"), str(out_mrg)])
+    treebank.main(["prepare", str(data_dir / "ptb-sample" / "oneline"), str(out_line)])
+    for split, n in (("train", 3396), ("valid", 273), ("test", 245)):
+        for ext in ("words", "tree", "gold"):
+            text = (out_mrg / f"{split}.{ext}").read_text()
+            assert len(text.splitlines()) == n
+            assert text == (out_line / f"{split}.{ext}").read_text()  # .mrg and one-line files agree
+    assert "-NONE-" not in (out_mrg / "train.gold").read_text()
+    assert not re.search(r"\((NP|S|VP)-[A-Z]", (out_mrg / "train.gold").read_text())  # function tags gone
+    # gold linearisation -> H- lines -> delinearise -> PARSEVAL 100
+    targets = (out_mrg / "test.tree").read_text().splitlines()
+    gen = tmp_path / "gen.txt"
+    gen.write_text("".join(f"H-{i}\t-0.1\t{t}\n" for i, t in reversed(list(enumerate(targets)))))
+    trees = tmp_path / "test.trees"
+    treebank.main(["delinearise", str(gen), "--words", str(out_mrg / "test.words"),
+                   "--gold", str(out_mrg / "test.gold"), "--output", str(trees)])
+    result = parseval.evaluate(parseval.read_trees(out_mrg / "test.gold"), parseval.read_trees(trees))
+    assert result.overall.f1 == pytest.approx(100.0)
+    # a broken hypothesis still gives a tree for every sentence
+    gen.write_text("H-0\t-1.0\t(S XX (NP XX\nH-1\t-1.0\t)NP )S\n")
+    treebank.main(["delinearise", str(gen), "--words", str(out_mrg / "test.words"), "--output", str(trees)])
+    lines = trees.read_text().splitlines()
+    assert len(lines) == 245 and all(parseval.parse_tree(line) is not None for line in lines)
+
+
+# ------------------------------------------------------------------------------- slow: the scripts
+
+
+def _bash(script: pathlib.Path, *args, env=None, cwd=None, timeout=900):
+    return _run(["bash", str(script), *map(str, args)], cwd=cwd or REPO, env_extra=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_wmt14_ci_recipe(tmp_path, data_dir):
+    proc = _bash(EXAMPLES / "wmt14" / "ci.sh", tmp_path / "wmt14", env={"NMT_TOOLKIT_TEST_DATA": str(data_dir)})
+    out = proc.stdout
+    assert re.search(r"BLEU", out), out
+    assert "tokenized BLEU" in out
+    work = tmp_path / "wmt14"
+    assert (work / "data-bin" / "dict.en.txt").read_text() == (work / "data-bin" / "dict.de.txt").read_text()
+    assert (work / "checkpoints" / "averaged.pt").is_file()
+    hyps = (work / "newstest2014" / "hyp.detok.de").read_text().splitlines()
+    refs = (work / "data-bin" / "raw" / "test.de").read_text().splitlines()
+    assert len(hyps) == len(refs) == 200
+    assert refs[0] == (data_dir / "newstest2014" / "newstest2014.de").read_text().splitlines()[0]
+
+
+@pytest.mark.slow
+def test_ptb_parsing_ci_recipe(tmp_path, data_dir):
+    proc = _bash(EXAMPLES / "ptb_parsing" / "ci.sh", tmp_path / "ptb", env={"NMT_TOOLKIT_TEST_DATA": str(data_dir)})
+    match = re.search(r"Bracketing FMeasure\s*=\s*([\d.]+)", proc.stdout)
+    assert match, proc.stdout
+    f1 = float(match.group(1))
+    assert 0.0 < f1 <= 100.0
+    trees = (tmp_path / "ptb" / "decode" / "test.trees").read_text().splitlines()
+    assert len(trees) == 245
+
+
+def _bleu(text: str) -> float:
+    match = re.search(r"BLEU[^=\n]*=\s*([\d.]+)", text)
+    assert match, text
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+def test_quickstart_short_run(tmp_path):
+    """The quickstart pipeline on a shortened built-in task (the full run is the README's main job)."""
+    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", "--minutes", "0.5",
+                 env={"QS_TRAIN_PAIRS": "2000", "QS_MAX_EPOCH": "2"})
+    assert _bleu(proc.stdout) >= 0.0
+    assert "SRC" in proc.stdout and "SYS" in proc.stdout
+    assert (tmp_path / "qs" / "output" / "hyp.txt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("NMT_TOOLKIT_FULL_EXAMPLES") != "1",
+                    reason="the full quickstart takes ~6 minutes; set NMT_TOOLKIT_FULL_EXAMPLES=1")
+def test_quickstart_full_run_reaches_high_bleu(tmp_path):
+    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", timeout=900)
+    assert _bleu(proc.stdout) >= 90.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("NMT_TOOLKIT_FULL_EXAMPLES") != "1",
+                    reason="set NMT_TOOLKIT_FULL_EXAMPLES=1 to run the quickstart on Multi30k")
+def test_quickstart_on_multi30k(tmp_path, data_dir):
+    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--data", data_dir / "multi30k", "--src", "en", "--tgt", "de",
+                 "--valid-name", "val", "--test-name", "test_2016_flickr", "--max-train-lines", "5000",
+                 "--minutes", "1", "--workdir", tmp_path / "m30k", timeout=900)
+    assert _bleu(proc.stdout) >= 0.0
