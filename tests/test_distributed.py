@@ -1,0 +1,48 @@
+"""2 gloo processes == 1 process with --update-freq 2 (both launchers); a failing rank does not hang."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nmt_toolkit.cli.train import run as train
+from nmt_toolkit.training.distributed import free_port
+from tests.train_helpers import TINY, load, make_bin, max_diff
+
+NODROP = ["--dropout", "0", "--attention-dropout", "0", "--max-update", "5", "--disable-validation"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    return make_bin(tmp_path_factory.mktemp("tinyd"))
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    assert train([tiny_bin, *TINY, *NODROP, "--update-freq", "2", "--save-dir", str(out)]) == 0
+    return load(out / "checkpoint_last.pt")
+
+
+def test_spawned_world_size_2_equals_update_freq_2(tiny_bin, reference, tmp_path):
+    assert train([tiny_bin, *TINY, *NODROP, "--distributed-world-size", "2", "--save-dir", str(tmp_path)]) == 0
+    got = load(tmp_path / "checkpoint_last.pt")
+    assert got["train_state"]["num_updates"] == 5
+    assert max_diff(reference["model"], got["model"]) <= 1e-5
+
+
+def test_torchrun_equals_update_freq_2(tiny_bin, reference, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "nmt_toolkit.cli.train", tiny_bin, *TINY, *NODROP, "--save-dir", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert max_diff(reference["model"], load(tmp_path / "checkpoint_last.pt")["model"]) <= 1e-5
+
+
+def test_a_failing_rank_fails_the_run(tiny_bin, tmp_path):
+    # rank 1 cannot read its (missing) restore file: everyone must exit with an error, not hang
+    cmd = [sys.executable, "-m", "nmt_toolkit.cli.train", tiny_bin, *TINY, *NODROP, "--distributed-world-size", "2",
+           "--restore-file", str(tmp_path / "missing.pt"), "--save-dir", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert p.returncode != 0 and "missing.pt" in p.stderr
