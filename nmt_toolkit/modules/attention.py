@@ -79,9 +79,8 @@ class MultiheadAttention(nn.Module):
         return x.view(b, t, self.num_heads, dim).transpose(1, 2)
 
     def _project_kv(self, source: torch.Tensor):
-        hk = self._split[0]
-        kv = self.kv_proj(source)
-        return self._heads(kv[..., :hk], self.key_dim), self._heads(kv[..., hk:], self.value_dim)
+        k, v = self.kv_proj(source).split(self._split[1:], dim=-1)
+        return self._heads(k, self.key_dim), self._heads(v, self.value_dim)
 
     # ------------------------------------------------------------------ forward
 
@@ -105,10 +104,8 @@ class MultiheadAttention(nn.Module):
         hk, _, hv = self._split
         mask = key_padding_mask
         if self.self_attention:
-            qkv = self.in_proj(query)
-            q = self._heads(qkv[..., :hk], self.key_dim)
-            k = self._heads(qkv[..., hk:2 * hk], self.key_dim)
-            v = self._heads(qkv[..., 2 * hk:], self.value_dim)
+            q, k, v = self.in_proj(query).split(self._split, dim=-1)  # split: one concat in backward
+            q, k, v = self._heads(q, self.key_dim), self._heads(k, self.key_dim), self._heads(v, self.value_dim)
             if incremental_state is not None:
                 k, v = self._append(incremental_state, k, v)
                 causal = causal and tgt_len > 1  # one new query may see every cached key
