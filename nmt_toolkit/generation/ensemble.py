@@ -91,3 +91,46 @@ class EnsembleModel(nn.Module):
         if attn_sum is not None:
             attn_sum = attn_sum / len(self.models)
         return lprobs, attn_sum
+
+
+def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[str] = (),
+                  device: Optional[torch.device] = None) -> tuple[list[nn.Module], list[dict]]:
+    """Rebuild the models of ``paths`` from their stored configs and load their weights.
+
+    Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
+    naming it. A checkpoint trained with other dictionaries (a vocabulary size that does not match the
+    data-bin's) is a "wrong dictionary" error naming both. Returns ``(models, configs)``.
+    """
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.models import build_model_from_config_dict
+    from nmt_toolkit.training.checkpoints import load_checkpoint
+
+    models, configs = [], []
+    for path in paths:
+        state = load_checkpoint(path)
+        config = state["config"]
+        if not isinstance(config, dict) or not isinstance(config.get("components"), dict) \
+                or "model" not in config["components"]:
+            raise DataError(f"{path}: the checkpoint's config has no components.model entry (not written by nmt-train?)")
+        model = build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+        expected = model.state_dict()
+        weights = state["model"]
+        for key, tensor in expected.items():
+            if key not in weights:
+                raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
+            if tuple(weights[key].shape) != tuple(tensor.shape):
+                files = " and ".join(dict_files) or "the data-bin dictionaries"
+                raise DataError(
+                    f"{path}: wrong dictionary: tensor {key!r} has shape {tuple(weights[key].shape)} but the model "
+                    f"built from {files} ({len(src_dict)} source / {len(tgt_dict)} target symbols) needs "
+                    f"{tuple(tensor.shape)}; decode with the data-bin folder the model was trained on")
+        unexpected = [k for k in weights if k not in expected]
+        if unexpected:
+            raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
+        model.load_state_dict(weights)
+        model.eval()
+        if device is not None:
+            model.to(device)
+        models.append(model)
+        configs.append(config)
+    return models, configs

@@ -1,0 +1,242 @@
+"""nmt-generate: translate a binarized split or a raw text file with beam search; fairseq's output lines.
+
+    nmt-generate data-bin/wmt14_en_de --path ck/averaged.pt --gen-subset test --beam 4 --lenpen 0.6
+    nmt-generate data-bin/wmt14_en_de --path a.pt:b.pt --input raw.en          # ensemble, raw text
+    nmt-generate data-bin/wmt14_en_de --path ck.pt | grep ^H | cut -f3-
+
+Lines (S-, T-, H-, D-, P-, A-) are printed in input order with base-2 scores; the run ends with a sacreBLEU
+line (D- lines against the detokenized references) starting with "Generate". Progress goes to stderr.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import CommonConfig, Group, build_command, option
+from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.generation.config import GenerationConfig
+
+logger = logging.getLogger("nmt_toolkit.generate")
+
+
+@dataclass
+class GenerateIOConfig:
+    gen_subset: str = option("test", "binarized split to translate (ignored with --input)")
+    input: Optional[str] = option(None, "translate this raw text file instead ('-': stdin), encoded with the "
+                                        "data-bin's subword model", metavar="FILE")
+    results_path: Optional[str] = option(None, "write the lines to FOLDER/generate-<subset>.txt instead of stdout",
+                                         metavar="FOLDER")
+    quiet: bool = option(False, "print only the final score line")
+    remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
+                                             "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
+    print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
+    cpu: bool = option(False, "decode on the CPU even when a GPU is available")
+    fp16: bool = option(False, "decode in float16 (GPU only)")
+    attention_plot: Optional[str] = option(None, "write one PNG heatmap of the encoder-decoder attention per "
+                                                 "sentence to this folder (needs matplotlib: the [viz] extra)",
+                                           metavar="DIR")
+    attention_plot_max: int = option(20, "plot at most this many sentences")
+
+
+def _device(cfg: GenerateIOConfig):
+    import torch
+
+    if not cfg.cpu and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _read_input(path: str) -> list[str]:
+    if path == "-":
+        return [line.rstrip("\r\n") for line in sys.stdin]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [line.rstrip("\r\n") for line in handle]
+    except OSError as exc:
+        raise DataError(f"--input {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"--input {path}: not valid UTF-8") from None
+
+
+def encode_lines(lines, task, codec, max_src: int, what: str = "input"):
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, truncated to the model with a warning)."""
+    import numpy as np
+
+    pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
+    out = []
+    for i, p in enumerate(pieces):
+        ids = task.src_dict.encode_tokens(p)
+        if len(ids) > max_src:
+            logger.warning("%s line %d: %d tokens exceed the model's %d source positions; truncated", what, i + 1,
+                           len(ids), max_src)
+            ids = np.concatenate([ids[: max_src - 1], ids[-1:]])
+        out.append(ids)
+    return out
+
+
+def setup(configs: dict):
+    """Task, models, generator and detokenizer shared by nmt-generate and nmt-interactive."""
+    import torch
+
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.generation.ensemble import load_ensemble
+    from nmt_toolkit.generation.output import Detokenizer
+    from nmt_toolkit.registry import TASKS
+
+    gen: GenerationConfig = configs["generation"]
+    io = configs["io"]
+    if not gen.path:
+        raise UsageError("--path is required (a checkpoint, or several separated by ':')")
+    task_cfg = configs["task"]
+    task = TASKS.get("translation").obj.setup_task(task_cfg)
+    device = _device(io)
+    dict_files = [os.path.join(task_cfg.data, f"dict.{task_cfg.source_lang}.txt"),
+                  os.path.join(task_cfg.data, f"dict.{task_cfg.target_lang}.txt")]
+    models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, device)
+    if io.fp16:
+        if device.type != "cuda":
+            raise UsageError("--fp16 needs a GPU (drop --fp16 or --cpu)")
+        models = [m.half() for m in models]
+    generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
+    codec = task.subword()
+    detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
+    torch.manual_seed(configs["common"].seed)
+    return task, generator, detok, device
+
+
+def _h_bpe_symbol(io, task) -> Optional[str]:
+    if not io.remove_bpe:
+        return None
+    if io.remove_bpe == "auto":
+        return task.bpe_symbol() or "@@ "
+    return io.remove_bpe
+
+
+def translate_batch(generator, sample, gen: GenerationConfig, device, need_attn: bool):
+    src = sample["net_input"]["src_tokens"].to(device)
+    lengths = sample["net_input"]["src_lengths"].to(device)
+    target = sample.get("target")
+    if gen.score_reference:
+        if target is None:
+            raise UsageError("--score-reference needs references (a binarized split, not --input)")
+        return generator.score_reference(src, lengths, target.to(device), need_attn=need_attn)
+    prefix = None
+    if gen.prefix_size > 0:
+        if target is None:
+            raise UsageError("--prefix-size needs references (a binarized split, not --input)")
+        prefix = target[:, : gen.prefix_size].to(device)
+        prefix = prefix.masked_fill(prefix == generator.eos, generator.pad)
+    return generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+
+
+def generate(configs: dict) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from nmt_toolkit.generation.output import OrderedPrinter, hypothesis_lines
+
+    gen: GenerationConfig = configs["generation"]
+    io: GenerateIOConfig = configs["io"]
+    if io.attention_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]'") from None
+    task, generator, detok, device = setup(configs)
+    max_src = generator.model.max_positions()[0]
+    raw_sources = None
+    if io.input:
+        raw_sources = _read_input(io.input)
+        dataset = task.build_dataset_for_inference(encode_lines(raw_sources, task, task.subword(), max_src, io.input))
+        subset = os.path.basename(io.input) if io.input != "-" else "stdin"
+    else:
+        dataset = task.load_dataset(io.gen_subset)
+        subset = io.gen_subset
+    itr = task.get_batch_iterator(dataset, required_batch_size_multiple=1,
+                                  max_positions=(min(task_max(task, 0), max_src), None),
+                                  shuffle=False).next_epoch_itr(shuffle=False)
+    out_handle = sys.stdout
+    if io.results_path:
+        os.makedirs(io.results_path, exist_ok=True)
+        out_handle = open(os.path.join(io.results_path, f"generate-{subset}.txt"), "w", encoding="utf-8")
+    printer = OrderedPrinter(None if io.quiet else out_handle)
+    need_attn = io.print_alignment or bool(io.attention_plot)
+    h_bpe = _h_bpe_symbol(io, task)
+    hyps_by_id, refs_by_id = {}, {}
+    plots = []
+    n_sent = n_tok = 0
+    start = time.perf_counter()
+    progress = tqdm(itr, total=len(itr), desc=f"generate {subset}", file=sys.stderr, disable=None, leave=False)
+    with torch.inference_mode():
+        for sample in progress:
+            results = translate_batch(generator, sample, gen, device, need_attn)
+            src_tokens, target = sample["net_input"]["src_tokens"], sample.get("target")
+            for i, sid in enumerate(sample["id"].tolist()):
+                hyps = results[i]
+                if raw_sources is not None:
+                    src_text = raw_sources[sid]
+                else:
+                    src_text = detok(task.src_dict.string(src_tokens[i]))
+                lines = [f"S-{sid}\t{src_text}"]
+                if target is not None:
+                    ref = detok(task.tgt_dict.string(target[i]))
+                    refs_by_id[sid] = ref
+                    lines.append(f"T-{sid}\t{ref}")
+                lines += hypothesis_lines(sid, hyps, task.tgt_dict, detok, h_bpe, io.print_alignment)
+                hyps_by_id[sid] = detok(task.tgt_dict.string(hyps[0]["tokens"]))
+                printer.add(sid, lines)
+                n_sent += 1
+                n_tok += len(hyps[0]["tokens"])
+                if io.attention_plot and len(plots) < io.attention_plot_max and hyps[0]["attention"] is not None:
+                    plots.append((sid, task.src_dict, src_tokens[i], task.tgt_dict, hyps[0]))
+    printer.close()
+    elapsed = time.perf_counter() - start
+    logger.info("translated %d sentences (%d tokens) in %.1fs (%.2f sentences/s, %.2f tokens/s)", n_sent, n_tok,
+                elapsed, n_sent / max(elapsed, 1e-9), n_tok / max(elapsed, 1e-9))
+    if plots:
+        from nmt_toolkit.generation.output import plot_attention
+
+        plot_attention(plots, io.attention_plot)
+    if refs_by_id:
+        from nmt_toolkit.scoring.bleu import corpus_scores
+
+        ids = sorted(refs_by_id)
+        res, sig = corpus_scores([hyps_by_id[i] for i in ids], [[refs_by_id[i] for i in ids]], ["bleu"])[0]
+        line = f"Generate {subset} with beam={gen.beam}: {res.format(2, False, sig)}"
+        print(line, file=out_handle)
+    if out_handle is not sys.stdout:
+        out_handle.close()
+    return 0
+
+
+def task_max(task, side: int) -> int:
+    return task.max_positions()[side]
+
+
+def groups():
+    from nmt_toolkit.registry import TASKS
+
+    return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
+            Group("generation", GenerationConfig, "generation options"), Group("io", GenerateIOConfig, "output options")]
+
+
+def run(argv=None, prog: str = "nmt-generate") -> int:
+    from nmt_toolkit.cli.common import load_plugins, run_cli
+
+    def make(args):
+        load_plugins(args)
+        return build_command(prog, groups(), generate, help=__doc__)
+
+    return run_cli(prog, make, argv)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

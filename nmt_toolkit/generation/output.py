@@ -1,0 +1,128 @@
+"""fairseq's output lines, so that ``grep ^H | cut -f3-`` pipelines keep working::
+
+    S-<id>\\t<source text>
+    T-<id>\\t<reference text>              (detokenized: equals the raw reference)
+    H-<id>\\t<score>\\t<hypothesis tokens>  (subword tokens; --remove-bpe undoes the segmentation here too)
+    D-<id>\\t<score>\\t<detokenized text>
+    P-<id>\\t<per-token scores>            (EOS included)
+    A-<id>\\t<src>-<tgt> …                 (--print-alignment: argmax of the encoder–decoder attention)
+
+Scores are base 2 (natural-log scores divided by ln 2), as fairseq prints them; the H-/D- score is the
+length-penalised score used for ranking, P- the per-token log-probabilities.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import IO, Optional
+
+from nmt_toolkit.data.dictionary import remove_bpe
+
+LN2 = math.log(2.0)
+
+
+class Detokenizer:
+    """Subword pieces → text, through the data-bin's subword model (or ``--remove-bpe`` symbol, or nothing)."""
+
+    def __init__(self, codec=None, bpe_symbol: Optional[str] = None):
+        self.codec = codec
+        self.bpe_symbol = bpe_symbol
+
+    def __call__(self, pieces: str) -> str:
+        if self.codec is not None:
+            return self.codec.decode(pieces)
+        return remove_bpe(pieces, self.bpe_symbol) if self.bpe_symbol else pieces
+
+
+def format_score(x: float) -> str:
+    """A base-2 score as fairseq prints it (Python's shortest repr of the float)."""
+    return repr(float(x) / LN2) if math.isfinite(x) else str(float(x))
+
+
+def hypothesis_lines(sample_id: int, hyps: list[dict], tgt_dict, detok: Detokenizer,
+                     h_bpe_symbol: Optional[str] = None, print_alignment: bool = False) -> list[str]:
+    """The H-/D-/P-(/A-) lines of one sentence's hypotheses (best first)."""
+    lines = []
+    for hyp in hyps:
+        pieces = tgt_dict.string(hyp["tokens"])
+        h_text = remove_bpe(pieces, h_bpe_symbol) if h_bpe_symbol else pieces
+        score = format_score(hyp["score"])
+        lines.append(f"H-{sample_id}\t{score}\t{h_text}")
+        lines.append(f"D-{sample_id}\t{score}\t{detok(pieces)}")
+        pos = " ".join(f"{float(p) / LN2:.4f}" for p in hyp["positional_scores"].tolist())
+        lines.append(f"P-{sample_id}\t{pos}")
+        if print_alignment:
+            align = hyp.get("alignment")
+            text = "" if align is None else " ".join(f"{s}-{t}" for t, s in enumerate(align.tolist()))
+            lines.append(f"A-{sample_id}\t{text}")
+    return lines
+
+
+class OrderedPrinter:
+    """Prints each sentence's block as soon as every smaller id has been printed (input order)."""
+
+    def __init__(self, out: Optional[IO[str]], first_id: int = 0):
+        self.out = out
+        self.next_id = first_id
+        self.pending: list[tuple[int, list[str]]] = []
+
+    def add(self, sample_id: int, lines: list[str]) -> None:
+        heapq.heappush(self.pending, (sample_id, lines))
+        self._flush()
+
+    def _flush(self) -> None:
+        chunks = []
+        while self.pending and self.pending[0][0] <= self.next_id:
+            sid, lines = heapq.heappop(self.pending)
+            chunks.extend(lines)
+            self.next_id = max(self.next_id, sid + 1)
+        if chunks and self.out is not None:
+            self.out.write("\n".join(chunks) + "\n")
+
+    def close(self) -> None:
+        """Print whatever is left (ids that were skipped, e.g. filtered by size), in id order."""
+        rest = []
+        while self.pending:
+            rest.extend(heapq.heappop(self.pending)[1])
+        if rest and self.out is not None:
+            self.out.write("\n".join(rest) + "\n")
+        if self.out is not None:
+            self.out.flush()
+
+
+def plot_attention(items, folder: str) -> list[str]:
+    """One PNG heatmap per sentence of the encoder–decoder attention (rows: output tokens, columns: source
+    tokens), like the paper's Figures 3–5. ``items``: ``(id, src_dict, src_tokens, tgt_dict, hypothesis)``.
+
+    The attention is what the model returns with ``need_attn``: its last decoder layer, averaged over heads.
+    """
+    import os
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from nmt_toolkit.errors import UsageError
+
+        raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]' (or matplotlib)") from None
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    for sid, src_dict, src_tokens, tgt_dict, hyp in items:
+        attn = hyp["attention"].float().numpy()
+        src = [src_dict[i] for i in src_tokens.tolist() if i != src_dict.pad()][: attn.shape[1]]
+        tgt = [tgt_dict[i] for i in hyp["tokens"].tolist()]
+        fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src) + 2), max(3, 0.35 * len(tgt) + 1.5)))
+        ax.imshow(attn, cmap="Greys", aspect="auto", vmin=0.0)
+        ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(tgt)), tgt, fontsize=8)
+        ax.set_xlabel("source")
+        ax.set_ylabel("output")
+        ax.set_title(f"sentence {sid}: encoder-decoder attention (last layer, mean of heads)", fontsize=9)
+        fig.tight_layout()
+        path = os.path.join(folder, f"attention-{sid}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,175 @@
+"""SequenceGenerator against independent references: exhaustive search, a plain greedy loop, one sentence at a
+time, teacher-forced scoring, a single model versus an ensemble of it with itself.
+
+The models are tiny Transformers with random weights whose output layer is scaled up (×6) so that the next-token
+distributions are peaked like a trained model's; a flat random model makes beam search and exhaustive search
+disagree for reasons that have nothing to do with the code (beam search is not exact in general).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.generation.beam_search import SequenceGenerator, length_penalty
+from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+
+
+def make_dict(n_words: int) -> Dictionary:
+    d = Dictionary()
+    for i in range(n_words):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def make_model(d: Dictionary, seed: int, peak: float = 6.0) -> TransformerModel:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(encoder_layers=2, decoder_layers=2, embed_dim=32, ffn_embed_dim=64, attention_heads=4,
+                            dropout=0.0)
+    model = TransformerModel.build_model(cfg, d, d).eval()
+    with torch.no_grad():
+        model.decoder.output_weight().mul_(peak)
+    return model
+
+
+def make_batch(d: Dictionary, lengths, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), d.pad(), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        src[i, : n - 1] = torch.randint(4, len(d), (n - 1,), generator=g)
+        src[i, n - 1] = d.eos()
+    return src, torch.tensor(lengths)
+
+
+def pad_targets(seqs, pad):
+    return torch.nn.utils.rnn.pad_sequence(list(seqs), batch_first=True, padding_value=pad)
+
+
+def test_length_penalty_formulas():
+    assert length_penalty(10.0, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
+    assert length_penalty(10.0, 0.6, "fairseq") == pytest.approx(10 ** 0.6)
+    assert length_penalty(7.0, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("seed,alpha,style", [(1, 0.6, "gnmt"), (2, 0.6, "gnmt"), (3, 1.0, "fairseq"), (4, 0.0, "gnmt")])
+def test_beam_equals_exhaustive_search(seed, alpha, style):
+    """beam = |V|, max 3 tokens: the best hypothesis is the best of all 258 possible outputs."""
+    d = make_dict(4)  # 8 symbols: <s> <pad> </s> <unk> w0..w3
+    model = make_model(d, seed)
+    src, lengths = make_batch(d, [5, 3], seed)
+    gen = SequenceGenerator([model], d, beam_size=len(d), max_len_a=0, max_len_b=3, lenpen=alpha,
+                            lenpen_style=style, nbest=1)
+    best = gen.generate(src, lengths)
+    inner = [t for t in range(len(d)) if t not in (d.pad(), d.eos())]
+    for i in range(len(lengths)):
+        cands = [torch.tensor(list(p) + [d.eos()]) for n in (1, 2, 3) for p in itertools.product(inner, repeat=n)]
+        tgt = pad_targets(cands, d.pad())
+        scored = gen.score_reference(src[i : i + 1].expand(len(cands), -1), lengths[i : i + 1].expand(len(cands)), tgt)
+        scores = torch.tensor([h[0]["score"] for h in scored])
+        j = int(scores.argmax())
+        assert best[i][0]["score"] == pytest.approx(float(scores[j]), abs=1e-4)
+        assert best[i][0]["tokens"].tolist() == cands[j].tolist()
+
+
+def greedy_reference(model, d, src, lengths, max_len):
+    """A plain greedy loop with full (non-incremental) decoder passes: argmax until EOS."""
+    enc = model.forward_encoder(src, lengths)
+    prev = torch.full((1, 1), d.eos(), dtype=torch.long)
+    total = 0.0
+    for step in range(max_len + 1):
+        logits, _ = model.forward_decoder(prev, enc)
+        lp = torch.log_softmax(logits[0, -1].float(), -1)
+        lp[d.pad()] = -math.inf
+        if step == max_len:
+            tok = d.eos()
+        else:
+            tok = int(lp.argmax())
+        total += float(lp[tok])
+        prev = torch.cat([prev, torch.tensor([[tok]])], dim=1)
+        if tok == d.eos():
+            break
+    return prev[0, 1:].tolist(), total
+
+
+@torch.no_grad()
+def test_beam_one_is_greedy():
+    d = make_dict(20)
+    model = make_model(d, 5, peak=2.0)
+    src, lengths = make_batch(d, [6, 9, 4], 5)
+    gen = SequenceGenerator([model], d, beam_size=1, max_len_a=1, max_len_b=5, lenpen=0.6)
+    out = gen.generate(src, lengths)
+    for i in range(3):
+        n = int(lengths[i])
+        toks, total = greedy_reference(model, d, src[i : i + 1, :n], lengths[i : i + 1], n + 5)
+        assert out[i][0]["tokens"].tolist() == toks
+        assert out[i][0]["score"] == pytest.approx(total / length_penalty(float(len(toks)), 0.6), abs=1e-4)
+
+
+def test_batched_equals_one_at_a_time_and_scores_equal_score_reference():
+    d = make_dict(24)
+    model = make_model(d, 7, peak=3.0)
+    src, lengths = make_batch(d, [7, 3, 11, 5, 9], 7)
+    gen = SequenceGenerator([model], d, beam_size=4, nbest=2, max_len_b=8)
+    batched = gen.generate(src, lengths)
+    for i in range(len(lengths)):
+        n = int(lengths[i])
+        single = gen.generate(src[i : i + 1, :n], lengths[i : i + 1])[0]
+        for a, b in zip(batched[i], single):
+            assert a["tokens"].tolist() == b["tokens"].tolist()
+            assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+            torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
+        assert batched[i][0]["score"] >= batched[i][1]["score"]  # n-best sorted
+    # H- scores == --score-reference of the same outputs
+    tgt = pad_targets([h[0]["tokens"] for h in batched], d.pad())
+    ref = gen.score_reference(src, lengths, tgt)
+    for h, r in zip(batched, ref):
+        assert h[0]["score"] == pytest.approx(r[0]["score"], abs=1e-4)
+        torch.testing.assert_close(h[0]["positional_scores"], r[0]["positional_scores"], atol=1e-4, rtol=0)
+
+
+def test_ensemble_of_a_model_with_itself_equals_the_model():
+    d = make_dict(16)
+    model = make_model(d, 9, peak=3.0)
+    src, lengths = make_batch(d, [5, 8], 9)
+    one = SequenceGenerator([model], d, beam_size=4, max_len_b=6).generate(src, lengths)
+    two = SequenceGenerator([model, model], d, beam_size=4, max_len_b=6).generate(src, lengths)
+    for a, b in zip(one, two):
+        assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
+        assert a[0]["score"] == pytest.approx(b[0]["score"], abs=1e-5)
+
+
+def test_constraints_min_len_max_len_prefix_no_repeat_unkpen():
+    d = make_dict(12)
+    model = make_model(d, 11, peak=1.0)
+    src, lengths = make_batch(d, [6, 4], 11)
+    out = SequenceGenerator([model], d, beam_size=3, max_len_a=0, max_len_b=4, min_len=3).generate(src, lengths)
+    for hyps in out:
+        assert 4 <= len(hyps[0]["tokens"]) <= 5 and hyps[0]["tokens"][-1] == d.eos()
+        assert d.eos() not in hyps[0]["tokens"][:-1].tolist()
+    prefix = torch.tensor([[5, 6], [7, d.pad()]])
+    out = SequenceGenerator([model], d, beam_size=3, max_len_b=6).generate(src, lengths, prefix_tokens=prefix)
+    assert out[0][0]["tokens"][:2].tolist() == [5, 6] and out[1][0]["tokens"][0] == 7
+    gen = SequenceGenerator([model], d, beam_size=3, max_len_a=0, max_len_b=12, min_len=12, no_repeat_ngram_size=2)
+    for hyps in gen.generate(src, lengths):
+        toks = [0] + hyps[0]["tokens"].tolist()  # the BOS (EOS) start counts, as in fairseq
+        bigrams = list(zip(toks, toks[1:]))
+        assert len(bigrams) == len(set(bigrams))
+    gen = SequenceGenerator([model], d, beam_size=3, max_len_b=6, unkpen=1e4)
+    for hyps in gen.generate(src, lengths):
+        assert d.unk() not in hyps[0]["tokens"].tolist()
+
+
+def test_sampling_is_seeded_and_respects_topk():
+    d = make_dict(30)
+    model = make_model(d, 13, peak=1.0)
+    src, lengths = make_batch(d, [6, 4, 5], 13)
+    kw = dict(beam_size=2, max_len_b=6, sampling=True, sampling_topk=3, seed=5)
+    a = SequenceGenerator([model], d, **kw).generate(src, lengths)
+    b = SequenceGenerator([model], d, **kw).generate(src, lengths)
+    assert [h[0]["tokens"].tolist() for h in a] == [h[0]["tokens"].tolist() for h in b]
+    c = SequenceGenerator([model], d, beam_size=2, max_len_b=6, sampling=True, sampling_topp=0.5, temperature=0.7,
+                          seed=1).generate(src, lengths)
+    assert all(len(h[0]["tokens"]) >= 1 for h in c)
