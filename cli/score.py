@@ -112,13 +112,23 @@ def score(configs: dict) -> int:
             elif not cfg.json:
                 print(f"{prefix}{what}: {res.format(cfg.width)}")
             continue
-        for res, sig in B.corpus_scores(hyps, refs, metrics):
-            if cfg.json:
-                item = json.loads(res.format(cfg.width, False, sig, is_json=True))
+        results = [res.format(cfg.width, cfg.score_only, sig, is_json=cfg.json)
+                   for res, sig in B.corpus_scores(hyps, refs, metrics)]
+        if len(systems) == 1:  # exactly the sacrebleu command's output (aligned on '=', or its JSON)
+            from argparse import Namespace
+
+            from sacrebleu.utils import print_single_results
+
+            print_single_results(results, Namespace(format="json" if cfg.json else "text"))
+            return 0
+        if cfg.json:
+            for text in results:
+                item = json.loads(text)
                 item["system"] = name
                 out.append(item)
-            else:
-                print(prefix + res.format(cfg.width, cfg.score_only, sig))
+        else:
+            for text in results:
+                print(prefix + text)
     if cfg.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1, ensure_ascii=False))
     return 0

@@ -1,0 +1,67 @@
+"""nmt-average-checkpoints: element-wise mean, float64 accumulation, dtype kept, selection of the last N."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nmt_toolkit.cli import average_checkpoints as avg_cli
+from nmt_toolkit.training.averaging import average_checkpoints, select_checkpoints
+from nmt_toolkit.training.checkpoints import save_checkpoint
+
+
+def _ck(path, seed, dtype=torch.float32, extra=None):
+    g = torch.Generator().manual_seed(seed)
+    model = {"enc.weight": torch.randn(4, 3, generator=g).to(dtype), "dec.bias": torch.randn(5, generator=g).to(dtype),
+             "steps": torch.tensor([7])}
+    if extra:
+        model.update(extra)
+    save_checkpoint({"model": model, "config": {"components": {"model": "transformer"}, "model": {"embed_dim": 3}},
+                     "optimizer": {"state": {"x": torch.ones(3)}}, "version": 1,
+                     "train_state": {"epoch": seed, "num_updates": 100 * seed}}, str(path))
+    return model
+
+
+def test_average_of_two_is_elementwise_mean(tmp_path):
+    a, b = _ck(tmp_path / "a.pt", 1), _ck(tmp_path / "b.pt", 2)
+    out = tmp_path / "avg.pt"
+    assert avg_cli.run(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", str(out)]) == 0
+    state = torch.load(out, weights_only=True)
+    for k in ("enc.weight", "dec.bias"):
+        torch.testing.assert_close(state["model"][k], (a[k] + b[k]) / 2)
+    assert torch.equal(state["model"]["steps"], a["steps"])
+    assert state["config"] == {"components": {"model": "transformer"}, "model": {"embed_dim": 3}}
+    assert "optimizer" not in state
+
+
+def test_float64_accumulation_and_dtype(tmp_path):
+    paths = []
+    for i in range(3):
+        _ck(tmp_path / f"h{i}.pt", i + 1, dtype=torch.float16)
+        paths.append(str(tmp_path / f"h{i}.pt"))
+    state = average_checkpoints(paths)
+    models = [torch.load(p, weights_only=True)["model"] for p in paths]
+    expect = sum(m["enc.weight"].double() for m in models) / 3
+    assert state["model"]["enc.weight"].dtype == torch.float16
+    assert torch.equal(state["model"]["enc.weight"], expect.half())
+
+
+def test_mismatch_names_checkpoint_and_tensor(tmp_path):
+    _ck(tmp_path / "a.pt", 1)
+    _ck(tmp_path / "b.pt", 2, extra={"enc.weight": torch.zeros(2, 2)})
+    with pytest.raises(Exception) as err:
+        average_checkpoints([str(tmp_path / "a.pt"), str(tmp_path / "b.pt")])
+    assert "b.pt" in str(err.value) and "enc.weight" in str(err.value)
+
+
+def test_select_last_n_by_update_and_epoch(tmp_path):
+    for e, u in ((1, 100), (1, 200), (2, 1000), (2, 300)):
+        _ck(tmp_path / f"checkpoint_{e}_{u}.pt", 1)
+    for e in (1, 2, 10):
+        _ck(tmp_path / f"checkpoint{e}.pt", 1)
+    names = [p.rsplit("/", 1)[1] for p in select_checkpoints(str(tmp_path), num_update_checkpoints=3)]
+    assert names == ["checkpoint_1_200.pt", "checkpoint_2_300.pt", "checkpoint_2_1000.pt"]
+    names = [p.rsplit("/", 1)[1] for p in select_checkpoints(str(tmp_path), num_epoch_checkpoints=2)]
+    assert names == ["checkpoint2.pt", "checkpoint10.pt"]
+    out = tmp_path / "avg.pt"
+    assert avg_cli.run(["--inputs", str(tmp_path), "--num-update-checkpoints", "2", "--output", str(out)]) == 0
+    assert avg_cli.run(["--inputs", str(tmp_path), "--num-update-checkpoints", "9", "--output", str(out)]) == 1
