@@ -8,8 +8,9 @@ module stores one entry under its own ``state_key``):
 
 - self-attention: ``{"k": [B, H, capacity, d_k], "v": [B, H, capacity, d_v], "len": int}`` — preallocated
   buffers that grow by doubling; one step writes one column, so a sentence of T steps costs O(T) copies;
-- encoder–decoder attention: ``{"k": [B, H, S, d_k], "v": [B, H, S, d_v], "mask": [B, S] bool or None}``,
-  computed once from the encoder output at the first step (``mask`` is True at padded source positions).
+- encoder–decoder attention: ``{"k": [B, H, S, d_k], "v": [B, H, S, d_v], "mask": [B, S] bool or None,
+  "keep": [B, 1, 1, S] bool or None}``, computed once from the encoder output at the first step (``mask`` is
+  True at padded source positions, ``keep`` its negation as SDPA takes it).
 
 :func:`reorder_state` applies a beam reordering (``index_select`` on the batch dimension) to every entry.
 """
@@ -115,7 +116,8 @@ class MultiheadAttention(nn.Module):
                 entry = incremental_state.get(self.state_key)
                 if entry is None:
                     k, v = self._project_kv(key)
-                    entry = {"k": k, "v": v, "mask": key_padding_mask}
+                    keep = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+                    entry = {"k": k, "v": v, "mask": key_padding_mask, "keep": keep}
                     incremental_state[self.state_key] = entry
                 k, v, mask = entry["k"], entry["v"], entry["mask"]
             else:
@@ -124,7 +126,10 @@ class MultiheadAttention(nn.Module):
         if need_weights:
             out, probs = self._attention_with_probs(q, k, v, mask, causal)
         else:
-            attn_mask = None if mask is None else ~mask[:, None, None, :]
+            if incremental_state is not None and not self.self_attention:
+                attn_mask = entry["keep"]  # built once per source
+            else:
+                attn_mask = None if mask is None else ~mask[:, None, None, :]
             if causal and (attn_mask is not None or k.size(2) != tgt_len):
                 # SDPA's is_causal aligns top-left; queries at the end of a longer cache need bottom-right
                 attn_mask = _causal_keep(tgt_len, k.size(2), q.device) & (True if attn_mask is None else attn_mask)
