@@ -78,3 +78,18 @@ def test_metrics_are_base_2_and_ppl():
     agg = {"loss": 10 * math.log(2) * 3.0, "nll_loss": 10 * math.log(2) * 2.0, "ntokens": 10, "sample_size": 10}
     m = derived_metrics(agg)
     assert abs(m["loss"] - 3.0) < 1e-9 and abs(m["nll_loss"] - 2.0) < 1e-9 and abs(m["ppl"] - 4.0) < 1e-9
+
+
+def test_fused_gradient_equals_autograd_reference():
+    from nmt_toolkit.criterions.label_smoothed_cross_entropy import (fused_label_smoothed_nll_loss,
+                                                                     label_smoothed_nll_loss)
+    _, _, logits, target = _sample(B=4, T=6, V=13, seed=2)
+    a = logits.reshape(-1, 13).clone().double().requires_grad_()
+    b = a.detach().clone().requires_grad_()
+    la, na = fused_label_smoothed_nll_loss(a, target.reshape(-1), 0.1, PAD)
+    lb, nb = label_smoothed_nll_loss(torch.log_softmax(b, -1), target.reshape(-1), 0.1, PAD)
+    (2.5 * la).backward()
+    (2.5 * lb).backward()
+    assert torch.allclose(la, lb) and torch.allclose(na, nb)
+    assert torch.allclose(a.grad, b.grad, atol=1e-10)
+    assert a.grad.view(4, 6, 13)[2, 1:].abs().max() == 0  # padding rows get no gradient

@@ -6,7 +6,9 @@ For a target y and vocabulary size V, with ε spread over the V-1 wrong classes 
     loss  = (1 - ε - eps_i) · nll + eps_i · Σ_v (-log p_v)
 
 which is the cross-entropy against the distribution q(y) = 1 - ε, q(v≠y) = ε / (V - 1).
-Padding positions contribute nothing. One fp32 log_softmax, one gather and one sum per batch.
+Padding positions contribute nothing. The training path (:class:`_FusedLabelSmoothedNLL`) never builds
+the gather/sum backward graph: backward writes the gradient ``softmax(z) - q`` straight into one buffer
+(exp of the saved log-probabilities), a few passes over [N, V] instead of a dozen.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from dataclasses import dataclass
 import torch
 
 from nmt_toolkit.config import option
-from nmt_toolkit.criterions.cross_entropy import target_log_probs
 from nmt_toolkit.registry import register_criterion
 
 
@@ -40,6 +41,55 @@ def label_smoothed_nll_loss(lprobs, target, epsilon: float, ignore_index: int | 
     return loss, nll_loss
 
 
+def _at_least_fp32(x):
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+class _FusedLabelSmoothedNLL(torch.autograd.Function):
+    """Summed label-smoothed loss of logits [N, V] (any float dtype, computed in fp32) and its gradient.
+
+    With eps_i = ε/(V-1) and p = softmax(z):  d loss/dz = softmax(z) - eps_i
+    - (1 - ε - eps_i)·onehot(y)  (the coefficients of softmax sum to 1), zero on padding rows.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, epsilon: float, ignore_index: int):
+        lprobs = torch.log_softmax(_at_least_fp32(logits), dim=-1)
+        V = lprobs.size(-1)
+        keep = target.ne(ignore_index)
+        nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        smooth = -lprobs.sum(-1)
+        eps_i = epsilon / (V - 1)
+        nll = nll.masked_fill(~keep, 0.0)
+        smooth = smooth.masked_fill(~keep, 0.0)
+        loss = (1.0 - epsilon - eps_i) * nll.sum() + eps_i * smooth.sum()
+        ctx.save_for_backward(lprobs, target, keep)
+        ctx.coef = (eps_i, 1.0 - epsilon - eps_i)
+        ctx.dtype = logits.dtype
+        nll_sum = nll.sum()
+        ctx.mark_non_differentiable(nll_sum)  # logged only
+        ctx.set_materialize_grads(False)
+        return loss, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        lprobs, target, keep = ctx.saved_tensors
+        eps_i, on_target = ctx.coef
+        rows = keep.to(lprobs.dtype)
+        grad = lprobs.exp_()  # p = softmax(z), in the saved buffer (backward runs once)
+        if eps_i:
+            grad.sub_(eps_i)
+        grad.scatter_add_(-1, target.unsqueeze(-1), rows.new_full((rows.size(0), 1), -on_target))
+        grad.mul_((rows * grad_loss).unsqueeze(-1))
+        return grad.to(ctx.dtype), None, None, None
+
+
+def fused_label_smoothed_nll_loss(logits, target, epsilon: float, ignore_index: int):
+    """Summed (loss, nll_loss) of raw logits [N, V] vs target [N]; equal to :func:`label_smoothed_nll_loss`
+    on their fp32 log-softmax, with a leaner backward."""
+    return _FusedLabelSmoothedNLL.apply(logits, target, epsilon, ignore_index)
+
+
 @register_criterion("label_smoothed_cross_entropy", LabelSmoothedCrossEntropyConfig)
 class LabelSmoothedCrossEntropyCriterion:
     def __init__(self, cfg: LabelSmoothedCrossEntropyConfig | None = None, task=None,
@@ -53,8 +103,9 @@ class LabelSmoothedCrossEntropyCriterion:
         self.padding_idx = padding_idx
 
     def __call__(self, model, sample):
-        lprobs, target = target_log_probs(model, sample)
-        loss, nll_loss = label_smoothed_nll_loss(lprobs, target, self.cfg.label_smoothing, self.padding_idx)
+        logits = model(**sample["net_input"])
+        loss, nll_loss = fused_label_smoothed_nll_loss(logits.view(-1, logits.size(-1)), sample["target"].reshape(-1),
+                                                       self.cfg.label_smoothing, self.padding_idx)
         sample_size = sample["target"].size(0) if self.cfg.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.detach(),
