@@ -80,7 +80,7 @@ def noun_phrase(rng: random.Random, subject: bool):
     sg, pl, stem, gender = NOUNS[n]
     number = "pl" if rng.random() < 0.4 else "sg"
     det_src, det_stem = rng.choice(DETERMINERS)
-    n_adj = rng.choices([0, 1, 2], weights=[4, 4, 2])[0]
+    n_adj = rng.choices([0, 1, 2], weights=[5, 4, 1])[0]
     adjs = rng.sample(ADJECTIVES, n_adj)
     vowel = AGREE[(gender, number)]
     src = [det_src[0 if number == "sg" else 1]] + [a for a, _ in adjs] + [sg if number == "sg" else pl]
@@ -114,13 +114,13 @@ def sentence(rng: random.Random):
     verb_src, verb_tgt = verb_phrase(rng, subj_agr)
     src = subj_src + verb_src + obj_src
     tgt = list(subj_tgt)
-    if rng.random() < 0.35:  # a place: "near the old house" -> "la kasa veta pres", before the object
+    if rng.random() < 0.3:  # a place: "near the old house" -> "la kasa veta pres", before the object
         prep_src, prep_tgt = rng.choice(PREPOSITIONS)
         pp_src, pp_tgt, _ = noun_phrase(rng, subject=False)
         src += [prep_src] + pp_src
         tgt += pp_tgt + [prep_tgt]
     tgt += obj_tgt + ["ke"] + verb_tgt
-    if rng.random() < 0.2:  # a sentence adverb goes first in the target
+    if rng.random() < 0.15:  # a sentence adverb goes first in the target
         adv_src, adv_tgt = rng.choice(ADVERBS)
         src += [adv_src]
         tgt = [adv_tgt] + tgt

@@ -160,7 +160,8 @@ stage ""
 
 echo
 echo "Some translations (source / reference / system):"
-paste "$RAW/test.src" "$OUT/ref.txt" "$OUT/hyp.txt" | head -n 5 | while IFS=$'\t' read -r s r h; do
+paste "$RAW/test.src" "$OUT/ref.txt" "$OUT/hyp.txt" > "$OUT/side_by_side.tsv"
+head -n 5 "$OUT/side_by_side.tsv" | while IFS=$'\t' read -r s r h; do
   printf '  SRC  %s\n  REF  %s\n  SYS  %s\n\n' "$s" "$r" "$h"
 done
 cat "$OUT/score.txt"

@@ -16,7 +16,7 @@ t() { echo "== $1: $(( $(date +%s) - T0 ))s" >&2; T0=$(date +%s); }
 
 "$HERE/prepare-wmt14en2de.sh" --local "$DATA/wmt14-sample" --test-local "$DATA/newstest2014" --unescape \
   --workdir "$WORK/prep" --destdir "$WORK/data-bin" --vocab-size "${CI_VOCAB:-2000}" \
-  --max-test-lines "${CI_TEST_LINES:-200}" --workers 2
+  --max-test-lines "${CI_TEST_LINES:-200}" --max-valid-lines 200 --workers 2
 t prepare
 
 # tiny model, 12 updates, a checkpoint every 4 updates (instead of every 10 minutes)

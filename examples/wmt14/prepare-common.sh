@@ -13,6 +13,7 @@
 #   --vocab-size V       joint subword vocabulary size (default: VOCAB_DEFAULT)
 #   --bpe KIND           sentencepiece (default) or subword_nmt
 #   --max-train-lines N  keep only the first N cleaned training pairs (CI)
+#   --max-valid-lines N  keep only the first N dev sentences (CI)
 #   --max-test-lines N   keep only the first N test sentences (CI)
 #   --workers N          binarization processes (default: number of CPUs)
 set -euo pipefail
@@ -27,6 +28,7 @@ VOCAB="$VOCAB_DEFAULT"
 BPE=sentencepiece
 MAX_TRAIN_LINES=0
 MAX_TEST_LINES=0
+MAX_VALID_LINES=0
 WORKERS=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 
 die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
@@ -41,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --bpe) BPE="$2"; shift 2 ;;
     --max-train-lines) MAX_TRAIN_LINES="$2"; shift 2 ;;
     --max-test-lines) MAX_TEST_LINES="$2"; shift 2 ;;
+    --max-valid-lines) MAX_VALID_LINES="$2"; shift 2 ;;
     --workers) WORKERS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                sed -n '2,/^set -euo/p' "$HERE/prepare-common.sh" | sed '$d' | sed -n '/^# Options/,$p' | sed 's/^# \{0,1\}//'
@@ -103,9 +106,10 @@ else
   sacrebleu -t "$SACREBLEU_TEST" -l "$SRC-$TGT" --echo src > "$TMP/test.raw.$SRC"
   sacrebleu -t "$SACREBLEU_TEST" -l "$SRC-$TGT" --echo ref > "$TMP/test.raw.$TGT"
 fi
-if [[ $MAX_TEST_LINES -gt 0 ]]; then
-  for l in "$SRC" "$TGT"; do head -n "$MAX_TEST_LINES" "$TMP/test.raw.$l" > "$TMP/t" && mv "$TMP/t" "$TMP/test.raw.$l"; done
-fi
+for l in "$SRC" "$TGT"; do
+  if [[ $MAX_TEST_LINES -gt 0 ]]; then head -n "$MAX_TEST_LINES" "$TMP/test.raw.$l" > "$TMP/t"; mv "$TMP/t" "$TMP/test.raw.$l"; fi
+  if [[ $MAX_VALID_LINES -gt 0 ]]; then head -n "$MAX_VALID_LINES" "$TMP/valid.raw.$l" > "$TMP/t"; mv "$TMP/t" "$TMP/valid.raw.$l"; fi
+done
 
 # ------------------------------------------------------------------------------------------- 2. clean
 # Length 1..250 words and ratio <= 1.5, as fairseq's recipe runs clean-corpus-n.perl. The dev and test

@@ -44,7 +44,7 @@ ARGS=("$DATA_BIN" --arch "$ARCH" --share-all-embeddings
       --criterion label_smoothed_cross_entropy --label-smoothing 0.1
       --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
       --save-dir "$SAVE_DIR" --save-interval-minutes "${SAVE_MINUTES:-10}" --keep-interval-updates "$KEEP"
-      --no-epoch-checkpoints --log-format simple --log-interval 100 --seed 1)
+      --keep-last-epochs 1 --log-format simple --log-interval 100 --seed 1)
 PRECISION="${PRECISION:-$([[ $GPUS -gt 0 ]] && echo fp16 || echo fp32)}"
 case "$PRECISION" in
   fp16) ARGS+=(--fp16) ;;
@@ -52,8 +52,8 @@ case "$PRECISION" in
   fp32) ;;
   *) echo "$(basename "$0"): error: PRECISION must be fp16, bf16 or fp32, not $PRECISION" >&2; exit 2 ;;
 esac
-(( GPUS > 1 )) && ARGS+=(--distributed-world-size "$GPUS")
-(( GPUS == 0 )) && ARGS+=(--cpu)
+if (( GPUS > 1 )); then ARGS+=(--distributed-world-size "$GPUS"); fi
+if (( GPUS == 0 )); then ARGS+=(--cpu); fi
 
 echo "$(basename "$0"): $ARCH on $DEVICES $([[ $GPUS -gt 0 ]] && echo GPU || echo CPU)(s): --max-tokens $MAX_TOKENS" \
      "x --update-freq $UPDATE_FREQ = $(( DEVICES * MAX_TOKENS * UPDATE_FREQ )) tokens per side per update" >&2
