@@ -1,0 +1,160 @@
+"""Beam-search speed on real sentences: sentences/s and target tokens/s, and the ratio to --score-reference.
+
+    python benchmarks/generate_speed.py [--sentences 1000] [--batch-size 64] [--beam 4] [--threads 2]
+                                        [--archs transformer_small,transformer_base] [--checkpoint ck.pt --data DIR]
+                                        [--profile]
+
+Source sentences: the Multi30k 2016 test set of ../shared/data (NMT_TOOLKIT_TEST_DATA), encoded through a joint
+sentencepiece model (8k) learned by the preprocess library in a temporary folder. Models: random weights of
+the named architectures (``transformer_small`` = 3+3 layers, 256/1024/4 heads; ``transformer_base``), unless
+``--checkpoint`` gives a trained one. A random model never chooses EOS, so its hypotheses would all run to
+the maximum length; the benchmark therefore decodes with max length = source length (``--max-len-a 1
+--max-len-b 0``), which matches the length of real German outputs of English sources closely, and reports
+tokens/s next to sentences/s. Batches are length-sorted, ``--batch-size`` sentences each (fairseq's
+``--batch-size``). Prints one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def load_sentences(n: int):
+    data = pathlib.Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", REPO.parent / "shared" / "data")) / "multi30k"
+    if not data.is_dir():
+        sys.exit(f"generate_speed: no Multi30k data at {data} (set NMT_TOOLKIT_TEST_DATA)")
+    return data, (data / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:n]
+
+
+def build_codec(data: pathlib.Path, folder: str):
+    from nmt_toolkit.data.subword import learn_sentencepiece, load_codec
+
+    prefix = os.path.join(folder, "spm")
+    learn_sentencepiece([str(data / "train.en"), str(data / "train.de")], prefix, 8000, threads=2)
+    return load_codec("sentencepiece", prefix + ".model")
+
+
+def make_batches(src_ids, batch_size: int, pad: int):
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        lengths = torch.tensor([len(src_ids[i]) for i in idx])
+        src = torch.full((len(idx), int(lengths.max())), pad, dtype=torch.long)
+        for row, i in enumerate(idx):
+            src[row, : len(src_ids[i])] = torch.as_tensor(src_ids[i], dtype=torch.long)
+        batches.append((src, lengths))
+    return batches
+
+
+def random_model(arch: str, d):
+    from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+    from nmt_toolkit.registry import ARCHITECTURES
+
+    cfg = TransformerConfig()
+    ARCHITECTURES.get(arch).obj(cfg)
+    cfg.dropout = 0.0
+    cfg.share_all_embeddings = True
+    torch.manual_seed(0)
+    return TransformerModel.build_model(cfg, d, d).eval()
+
+
+def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
+          early_stop: str = "bound"):
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+
+    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
+                            early_stop=early_stop)
+    gen.generate(*batches[len(batches) // 2])  # warm-up
+    outputs = []
+    t0 = time.perf_counter()
+    for src, lengths in batches:
+        outputs.append(gen.generate(src, lengths))
+    t_gen = time.perf_counter() - t0
+    n_sent = sum(len(o) for o in outputs)
+    n_tok = sum(len(h[0]["tokens"]) for o in outputs for h in o)
+    targets = [torch.nn.utils.rnn.pad_sequence([h[0]["tokens"] for h in o], batch_first=True,
+                                               padding_value=d.pad()) for o in outputs]
+    t0 = time.perf_counter()
+    for (src, lengths), tgt in zip(batches, targets):
+        gen.score_reference(src, lengths, tgt)
+    t_ref = time.perf_counter() - t0
+    result = {"sentences_per_s": round(n_sent / t_gen, 2), "target_tokens_per_s": round(n_tok / t_gen, 1),
+              "seconds": round(t_gen, 2), "score_reference_seconds": round(t_ref, 3),
+              "ratio_to_score_reference": round(t_gen / t_ref, 2), "target_tokens": n_tok}
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as tprofile
+
+        with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+            for src, lengths in batches[: max(1, len(batches) // 4)]:
+                gen.generate(src, lengths)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), file=sys.stderr)
+    return result
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--archs", default="transformer_small,transformer_base")
+    p.add_argument("--checkpoint", help="a trained checkpoint (with --data, its data-bin) instead of random weights")
+    p.add_argument("--data", help="data-bin of --checkpoint")
+    p.add_argument("--max-len-a", type=float, default=None)
+    p.add_argument("--max-len-b", type=int, default=None)
+    p.add_argument("--early-stop", default="bound", choices=("bound", "beam"))
+    p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from nmt_toolkit import registry
+    from nmt_toolkit.data.dictionary import Dictionary
+
+    registry.import_builtin_components()
+    data, lines = load_sentences(args.sentences)
+    report = {"benchmark": "generate_speed", "beam": args.beam, "batch_size": args.batch_size,
+              "threads": torch.get_num_threads(), "device": "cpu", "early_stop": args.early_stop,
+              "load_average_1min": round(os.getloadavg()[0], 2), "sentences": len(lines), "models": {}}
+    if args.checkpoint:
+        from nmt_toolkit.generation.ensemble import load_ensemble
+        from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+        task = TranslationTask.setup_task(TranslationConfig(data=args.data))
+        models, _ = load_ensemble([args.checkpoint], task.src_dict, task.tgt_dict)
+        codec = task.subword()
+        ids = [task.src_dict.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
+        batches = make_batches(ids, args.batch_size, task.src_dict.pad())
+        a = 1.0 if args.max_len_a is None else args.max_len_a
+        b = 50 if args.max_len_b is None else args.max_len_b
+        report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
+                                          **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
+                                                args.early_stop)}
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            codec = build_codec(data, tmp)
+        d = Dictionary()
+        for i in range(codec.sp.get_piece_size()):
+            d.add_symbol(codec.sp.id_to_piece(i))
+        d.pad_to_multiple_(8)
+        ids = [d.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
+        batches = make_batches(ids, args.batch_size, d.pad())
+        a = 1.0 if args.max_len_a is None else args.max_len_a
+        b = 0 if args.max_len_b is None else args.max_len_b
+        for arch in args.archs.split(","):
+            model = random_model(arch, d)
+            report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
+                                      **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop)}
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
