@@ -124,9 +124,9 @@ HOURS=$(python3 -c "print(round($MINUTES / 60, 5))")
 # shellcheck disable=SC2086
 nmt-train "$BIN" --arch transformer_tiny --share-all-embeddings \
   --optimizer adam --adam-betas 0.9,0.98 --adam-eps 1e-9 --clip-norm 1.0 \
-  --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 400 --warmup-init-lr 1e-7 \
+  --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 300 --warmup-init-lr 1e-7 \
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-  --dropout 0.1 --max-tokens 4096 --seed 1 \
+  --dropout 0.1 --max-tokens 2048 --seed 1 \
   --max-epoch "${QS_MAX_EPOCH:-100}" --stop-time-hours "$HOURS" \
   --save-dir "$CKPT" --keep-last-epochs 5 \
   --log-format simple --log-interval 50 ${QS_EXTRA:-} 2> "$OUT/train.log"
