@@ -1,5 +1,6 @@
 """nmt-average-checkpoints: average the weights of the last N checkpoints (the paper: 5 for base, 20 for big).
 
+\b
     nmt-average-checkpoints --inputs ck/ --num-update-checkpoints 5 --output ck/averaged.pt
     nmt-average-checkpoints --inputs ck/ --num-epoch-checkpoints 5 --output ck/averaged.pt
     nmt-average-checkpoints --inputs a.pt,b.pt,c.pt --output averaged.pt   (or --inputs a.pt --inputs b.pt …)

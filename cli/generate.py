@@ -1,5 +1,6 @@
 """nmt-generate: translate a binarized split or a raw text file with beam search; fairseq's output lines.
 
+\b
     nmt-generate data-bin/wmt14_en_de --path ck/averaged.pt --gen-subset test --beam 4 --lenpen 0.6
     nmt-generate data-bin/wmt14_en_de --path a.pt:b.pt --input raw.en          # ensemble, raw text
     nmt-generate data-bin/wmt14_en_de --path ck.pt | grep ^H | cut -f3-

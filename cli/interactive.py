@@ -1,5 +1,6 @@
 """nmt-interactive: translate raw text from stdin (or --input) as it arrives, in buffered batches.
 
+\b
     echo "A man is riding a bike." | nmt-interactive data-bin/m30k --path ck/averaged.pt
     nmt-interactive data-bin/m30k --path ck/averaged.pt --plain < raw.en > out.de
 

@@ -1,6 +1,7 @@
 """nmt-score: sacreBLEU BLEU and chrF (the ``sacrebleu`` command's numbers), the paper's tokenized BLEU,
 paired bootstrap significance, PARSEVAL F1.
 
+\b
     nmt-score --sys hyp.txt --ref ref.txt                   # BLEU + chrF with signatures
     nmt-score --sys hyp.txt --ref ref.txt --tokenized-bleu --compound-split   # the paper's way
     nmt-score --sys base.txt --sys new.txt --ref ref.txt --paired-bootstrap
