@@ -20,7 +20,7 @@
 #   --vocab-size V         sentencepiece vocabulary, joint (default: 500; 8000 with --data)
 #   --threads T            torch threads (default: number of CPU cores, at most 4)
 #   --keep                 reuse what an earlier run left in the work dir (otherwise it is wiped)
-# Environment overrides (for CI): QS_TRAIN_PAIRS (size of the built-in training set), QS_MAX_EPOCH, QS_EXTRA
+# Environment overrides (for CI): QS_TRAIN_PAIRS, QS_TEST_PAIRS (sizes of the built-in task), QS_MAX_EPOCH, QS_EXTRA
 # (extra nmt-train flags).
 set -euo pipefail
 
@@ -87,7 +87,7 @@ stage() {  # stage NAME: print the time the previous stage took and announce the
 # ---------------------------------------------------------------------------------------------- data
 stage data
 if [[ -z "$DATA" ]]; then
-  python3 "$HERE/make_task.py" "$RAW" --train "${QS_TRAIN_PAIRS:-15000}" --valid 500 --test 500 --seed 1
+  python3 "$HERE/make_task.py" "$RAW" --train "${QS_TRAIN_PAIRS:-15000}" --valid 500 --test "${QS_TEST_PAIRS:-500}" --seed 1
   VOCAB="${VOCAB:-500}"
 else
   [[ -d "$DATA" ]] || die "--data $DATA: no such folder"
