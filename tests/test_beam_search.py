@@ -154,7 +154,7 @@ def test_constraints_min_len_max_len_prefix_no_repeat_unkpen():
     assert out[0][0]["tokens"][:2].tolist() == [5, 6] and out[1][0]["tokens"][0] == 7
     gen = SequenceGenerator([model], d, beam_size=3, max_len_a=0, max_len_b=12, min_len=12, no_repeat_ngram_size=2)
     for hyps in gen.generate(src, lengths):
-        toks = [0] + hyps[0]["tokens"].tolist()  # the BOS (EOS) start counts, as in fairseq
+        toks = [d.eos()] + hyps[0]["tokens"].tolist()  # the start symbol (EOS) counts, as in fairseq
         bigrams = list(zip(toks, toks[1:]))
         assert len(bigrams) == len(set(bigrams))
     gen = SequenceGenerator([model], d, beam_size=3, max_len_b=6, unkpen=1e4)
