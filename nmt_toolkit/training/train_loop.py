@@ -198,7 +198,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             return True
         return value > best if ck.maximize_best_checkpoint_metric else value < best
 
-    def validate() -> Optional[float]:
+    def validate(count_for_best: bool = True) -> Optional[float]:
         first = None
         for split in valid_subsets:
             itr = task.get_batch_iterator(split=split, seed=seed, num_shards=info.world_size, shard_id=info.rank,
@@ -216,7 +216,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             metric = m.get(ck.best_checkpoint_metric, m["loss"])
             stats = {"epoch": epoch_itr.epoch, "loss": round(m["loss"], 4), "nll_loss": round(m["nll_loss"], 4),
                      "ppl": round(m["ppl"], 2), "num_updates": trainer.num_updates}
-            if first is None:
+            if first is None and count_for_best:
                 first = metric
                 stats[f"best_{ck.best_checkpoint_metric}"] = round(metric if better(metric) else best, 4)
             progress.print(stats, tag=split if split.startswith("valid") else f"valid_{split}",
@@ -240,7 +240,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         names = []
         if end_of_epoch and not ck.no_epoch_checkpoints and e % ck.save_interval == 0:
             names.append(ckpt_io.epoch_name(e))
-        if reason_updates and not ck.no_epoch_checkpoints:
+        if reason_updates:  # --no-epoch-checkpoints leaves update checkpoints on, as in fairseq
             names.append(ckpt_io.update_name(e, n))
         if val is not None and val == best:
             names.append("checkpoint_best.pt")
@@ -282,6 +282,8 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         out["wall"] = wall()
         return out
 
+    if valid_subsets and opt.validate_at_start and path is None and trainer.num_updates == 0:
+        validate(count_for_best=False)  # eval mode, no RNG drawn: the run continues exactly as without it
     stop = _StopFlag()
     stop.install()
     max_update = opt.max_update or math.inf
