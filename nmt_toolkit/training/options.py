@@ -19,6 +19,8 @@ class OptimizationConfig:
     max_skipped_updates: int = option(10, "stop with an error after this many non-finite updates in a row")
     validate_interval: int = option(1, "validate every N epochs")
     validate_interval_updates: int = option(0, "also validate every N updates (0 = only at epoch ends)")
+    validate_at_start: bool = option(True, "on a fresh start, validate once before the first update (the "
+                                     "baseline the later validations are read against)")
     disable_validation: bool = option(False, "do not validate")
     valid_subset: str = option("valid", "comma-separated validation splits")
     train_subset: str = option("train", "training split")
