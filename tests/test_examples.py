@@ -108,6 +108,7 @@ def test_ptb_prepare_sample_split_and_round_trip(tmp_path, data_dir):
     trees = tmp_path / "test.trees"
     treebank.main(["delinearise", str(gen), "--words", str(out_mrg / "test.words"),
                    "--gold", str(out_mrg / "test.gold"), "--output", str(trees)])
+    assert trees.read_text() == (out_mrg / "test.gold").read_text()  # words and gold tags back in place
     result = parseval.evaluate(parseval.read_trees(out_mrg / "test.gold"), parseval.read_trees(trees))
     assert result.overall.f1 == pytest.approx(100.0)
     # a broken hypothesis still gives a tree for every sentence

@@ -113,7 +113,7 @@ def delinearise_cmd(args) -> int:
     if args.gold:
         gold_tags = []
         for number, tree in enumerate(parseval.read_trees(args.gold), start=1):
-            gold_tags.append([tag for tag, _ in tree.pos()] if tree is not None else None)
+            gold_tags.append([leaf.label for leaf in tree.preterminals()] if tree is not None else None)
         if len(gold_tags) != len(sentences):
             raise SystemExit(f"treebank.py: error: {args.gold} has {len(gold_tags)} trees but {args.words} "
                              f"has {len(sentences)} sentences")
