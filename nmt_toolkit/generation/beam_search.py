@@ -110,15 +110,20 @@ class SequenceGenerator:
         max_len = max_len.clamp(min=max(self.min_len, 1), max=max(max_tgt - 1, 1)).to(dev)
         steps = int(max_len.max())
 
+        per_sentence = model.sentence_level  # encoder outputs and enc-dec keys/values once per sentence
         encoder_outs = model.forward_encoder(src_tokens, src_lengths)
-        encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
-        states: list[dict] = [{} for _ in model.models]
+        # Beam search's first step runs one row per sentence (all beams start alike); sampling draws its
+        # first tokens from beam 0 of k identical rows, as before.
+        width = 1 if not self.sampling else k
+        if width == k and not per_sentence:
+            encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
+        states: list[dict] = [{"_capacity": steps + 1} for _ in model.models]
 
-        tokens = torch.full((bsz * k, steps + 2), pad, dtype=torch.long, device=dev)
+        tokens = torch.full((bsz * width, steps + 2), pad, dtype=torch.long, device=dev)
         tokens[:, 0] = eos
-        scores = torch.zeros(bsz * k, steps + 1, device=dev)  # cumulative log-probs after each step
-        attn = torch.zeros(bsz * k, steps + 2, src_len, device=dev) if need_attn else None
-        prefix_rows = prefix_tokens.repeat_interleave(k, dim=0) if prefix_tokens is not None else None
+        scores = torch.zeros(bsz * width, steps + 1, device=dev)  # cumulative log-probs after each step
+        attn = torch.zeros(bsz * width, steps + 2, src_len, device=dev) if need_attn else None
+        prefix_rows = prefix_tokens.repeat_interleave(width, dim=0) if prefix_tokens is not None else None
 
         fin = {"scores": torch.full((bsz, k), NEG_INF, device=dev),
                "tokens": torch.full((bsz, k, steps + 2), pad, dtype=torch.long, device=dev),
@@ -129,14 +134,14 @@ class SequenceGenerator:
 
         sent_ids = torch.arange(bsz, device=dev)  # original index of each active sentence
         sent_max = max_len.clone()
-        not_eos = torch.ones(self.vocab_size, dtype=torch.bool, device=dev)
-        not_eos[eos] = False
+        row_max = sent_max.repeat_interleave(width)
         beam_offsets = torch.arange(bsz, device=dev).unsqueeze(1) * k
+        sent_offsets = torch.arange(bsz, device=dev).unsqueeze(1)
         n = bsz
         for step in range(steps + 1):
             lprobs, step_attn = model.log_probs(tokens[:, : step + 1], encoder_outs, states,
                                                 temperature=self.temperature, need_attn=need_attn)
-            lprobs = self._constrain(lprobs, tokens, step, sent_max.repeat_interleave(k), prefix_rows)
+            lprobs = self._constrain(lprobs, tokens, step, row_max, prefix_rows)
             if attn is not None and step_attn is not None:
                 attn[:, step + 1, : step_attn.size(-1)] = step_attn
             vocab = lprobs.size(-1)
@@ -147,8 +152,10 @@ class SequenceGenerator:
                 cand_scores, cand_idx = sample_candidates(lprobs, prev, n, k, self.sampling_topk,
                                                           self.sampling_topp, self.generator)
             else:
-                if step == 0:
-                    flat = lprobs.view(n, k, vocab)[:, 0]  # all beams are the same sentence start
+                if width == 1:
+                    flat = lprobs  # step 0: one row per sentence (or greedy)
+                    if step > 0:
+                        flat = flat + scores[:, step - 1].unsqueeze(1)
                 else:
                     flat = (lprobs.view(n, k, vocab) + scores[:, step - 1].view(n, k, 1)).view(n, k * vocab)
                 if flat.size(1) < 2 * k:
@@ -156,7 +163,9 @@ class SequenceGenerator:
                 cand_scores, cand_idx = flat.topk(2 * k, dim=1)
             cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor")
             cand_tokens = cand_idx - cand_beams * vocab
-            cand_rows = cand_beams + beam_offsets[:n]
+            if width * vocab < 2 * k:  # padded (-inf) candidates: point them at a real row of their sentence
+                cand_beams = cand_beams.clamp(max=width - 1)
+            cand_rows = cand_beams + (beam_offsets[:n] if width == k else sent_offsets[:n])
             eos_mask = (cand_tokens == eos) & (cand_scores > NEG_INF)
 
             # ---- finalize EOS candidates among the first k (vectorised over sentences)
@@ -175,25 +184,34 @@ class SequenceGenerator:
             act_tokens = cand_tokens.gather(1, active)
 
             done = self._done(fin, sent_ids, act_scores, sent_max, step)
+            keep = None
             if bool(done.any()):
                 keep = (~done).nonzero().squeeze(1)
                 if keep.numel() == 0:
                     break
                 act_scores, act_rows, act_tokens = act_scores[keep], act_rows[keep], act_tokens[keep]
                 sent_ids, sent_max = sent_ids[keep], sent_max[keep]
-                enc_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=dev)).view(-1)
-                encoder_outs = model.reorder_encoder_out(encoder_outs, enc_rows)
-                if prefix_rows is not None:
-                    prefix_rows = prefix_rows.index_select(0, enc_rows)
                 n = keep.numel()
             new_order = act_rows.view(-1)
+            if per_sentence:
+                if keep is not None:
+                    encoder_outs = model.reorder_encoder_out(encoder_outs, keep)
+            elif keep is not None or width < k:  # one encoder row per decoder row: any row of its sentence
+                encoder_outs = model.reorder_encoder_out(encoder_outs, new_order)
             tokens = tokens.index_select(0, new_order)
             tokens[:, step + 1] = act_tokens.view(-1)
             scores = scores.index_select(0, new_order)
             scores[:, step] = act_scores.view(-1)
             if attn is not None:
                 attn = attn.index_select(0, new_order)
-            model.reorder_incremental_state(states, new_order)
+            if prefix_rows is not None:
+                prefix_rows = prefix_rows.index_select(0, new_order)
+            row_max = row_max.index_select(0, new_order)
+            if per_sentence:
+                model.reorder_incremental_state(states, new_order, sentence_order=keep, per_sentence=True)
+            else:
+                model.reorder_incremental_state(states, new_order)
+            width = k
         return self._collect(fin, src_lengths)
 
     def _constrain(self, lprobs, tokens, step, row_max, prefix_rows):

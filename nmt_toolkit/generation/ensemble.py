@@ -54,9 +54,18 @@ class EnsembleModel(nn.Module):
     def reorder_encoder_out(self, encoder_outs: list, new_order: torch.Tensor) -> list:
         return [m.reorder_encoder_out(e, new_order) for m, e in zip(self.models, encoder_outs)]
 
-    def reorder_incremental_state(self, states: list, new_order: torch.Tensor) -> None:
+    @property
+    def sentence_level(self) -> bool:
+        """Whether every model decodes with encoder outputs kept once per sentence (not per beam)."""
+        return all(getattr(m, "supports_sentence_level_encoder_out", False) for m in self.models)
+
+    def reorder_incremental_state(self, states: list, new_order: torch.Tensor,
+                                  sentence_order: Optional[torch.Tensor] = None, per_sentence: bool = False) -> None:
         for i, (m, s) in enumerate(zip(self.models, states)):
-            out = m.reorder_incremental_state(s, new_order)
+            if per_sentence:
+                out = m.reorder_incremental_state(s, new_order, sentence_order=sentence_order, per_sentence=True)
+            else:
+                out = m.reorder_incremental_state(s, new_order)
             if isinstance(out, dict) and out is not s:  # a model may return a new state instead of editing
                 states[i] = out
 

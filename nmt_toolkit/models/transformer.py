@@ -144,10 +144,9 @@ class TransformerDecoder(nn.Module):
 
     def forward(self, prev_output_tokens: torch.Tensor, encoder_out: dict,
                 incremental_state: Optional[dict] = None, need_attn: bool = False):
-        offset = 0
         if incremental_state is not None:  # only the newest position is computed
-            offset = prev_output_tokens.size(1) - 1
-            prev_output_tokens = prev_output_tokens[:, -1:]
+            return self.forward_step(prev_output_tokens, encoder_out, incremental_state, need_attn)
+        offset = 0
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
         if enc_mask is not None and not incremental_state and not bool(enc_mask.any()):  # once per source
             enc_mask = None
@@ -161,6 +160,33 @@ class TransformerDecoder(nn.Module):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return F.linear(x, self.output_weight()), attn
+
+
+    def forward_step(self, prev_output_tokens: torch.Tensor, encoder_out: dict, incremental_state: dict,
+                     need_attn: bool = False):
+        """Incremental decoding (inference): the logits ``[N, 1, V]`` of the last position of each row.
+
+        ``encoder_out`` holds either one row per decoder row or one per sentence with the ``N = n * beams``
+        rows grouped by sentence (the beam search's layout; the encoder–decoder keys/values are then never
+        copied per beam). Works on 2-D ``[N, D]`` activations throughout.
+        """
+        offset = prev_output_tokens.size(1) - 1
+        tokens = prev_output_tokens[:, -1]
+        embed = self.embed
+        x = embed.embed_tokens(tokens)
+        if embed.embed_scale != 1.0:
+            x = x * embed.embed_scale
+        x = x + embed.embed_positions(1, offset, dtype=x.dtype)
+        enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+        attn = None
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x, layer_attn = layer.forward_step(x, enc, enc_mask, incremental_state, need_attn=need_attn and i == last)
+            if layer_attn is not None:
+                attn = layer_attn.mean(dim=1)  # average over heads: [N, 1, S]
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return F.linear(x, self.output_weight()).unsqueeze(1), attn
 
 
 @register_model("transformer", config=TransformerConfig)
@@ -219,10 +245,18 @@ class TransformerModel(nn.Module):
         return {k: (v.index_select(0, new_order) if isinstance(v, torch.Tensor) else v)
                 for k, v in encoder_out.items()}
 
+    #: the beam search may keep encoder outputs and encoder–decoder keys/values once per sentence
+    #: (``forward_decoder`` rows grouped by sentence; see ``reorder_incremental_state``)
+    supports_sentence_level_encoder_out = True
+
     @staticmethod
-    def reorder_incremental_state(incremental_state: dict, new_order: torch.Tensor) -> None:
-        """Reorder (in place) every cached key/value, self- and encoder–decoder attention alike."""
-        reorder_state(incremental_state, new_order)
+    def reorder_incremental_state(incremental_state: dict, new_order: torch.Tensor,
+                                  sentence_order: Optional[torch.Tensor] = None, per_sentence: bool = False) -> None:
+        """Reorder (in place) every cached key/value, self- and encoder–decoder attention alike.
+
+        With ``per_sentence`` the encoder–decoder keys/values are held once per sentence: they follow
+        ``sentence_order`` (the sentences kept, as for ``reorder_encoder_out``), or stay when it is None."""
+        reorder_state(incremental_state, new_order, sentence_order, per_sentence)
 
     def max_positions(self) -> tuple[int, int]:
         return (self.encoder.embed.embed_positions.max_positions(),

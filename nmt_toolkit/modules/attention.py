@@ -176,16 +176,128 @@ class MultiheadAttention(nn.Module):
         return entry["k"][:, :, :length + new], entry["v"][:, :, :length + new]
 
 
+    # ------------------------------------------------------------------ one decoding step (inference only)
+    # These methods serve incremental decoding only (the decoder's ``forward_step``); the training forward
+    # above does not use them. Inputs are 2-D ``[N, D]`` (one new position per row), which keeps every
+    # projection a plain addmm and avoids layout copies.
+
+    def step_self(self, x: torch.Tensor, state: dict) -> torch.Tensor:
+        """Self-attention of one new position per row ``x`` [N, D] over the cache (which it extends)."""
+        n = x.size(0)
+        hk, _, hv = self._split
+        h = self.num_heads
+        qkv = F.linear(x, self.in_proj.weight, self.in_proj.bias)
+        entry = state.get(self.state_key)
+        if entry is None:
+            cap = max(int(state.get("_capacity", 16)), 1)
+            entry = {"k": qkv.new_empty(n, h, cap, self.key_dim), "v": qkv.new_empty(n, h, cap, self.value_dim),
+                     "len": 0}
+            state[self.state_key] = entry
+        length = entry["len"]
+        if length + 1 > entry["k"].size(2):
+            _grow(entry, max(2 * entry["k"].size(2), length + 1))
+        kc, vc = entry["k"], entry["v"]
+        kc[:, :, length].copy_(qkv[:, hk:2 * hk].view(n, h, self.key_dim))
+        vc[:, :, length].copy_(qkv[:, 2 * hk:].view(n, h, self.value_dim))
+        length += 1
+        entry["len"] = length
+        q = qkv[:, :hk].view(n, h, 1, self.key_dim)
+        scores = torch.matmul(q, kc[:, :, :length].transpose(2, 3))  # [N, H, 1, L]
+        probs = torch.softmax(scores.float().mul_(self.scaling), dim=-1).to(vc.dtype)
+        out = torch.matmul(probs, vc[:, :, :length])  # [N, H, 1, dv]
+        return F.linear(out.view(n, hv), self.out_proj.weight, self.out_proj.bias)
+
+    def step_cross(self, x: torch.Tensor, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor],
+                   state: dict, need_weights: bool = False):
+        """Encoder–decoder attention of one position per row ``x`` [N, D].
+
+        Keys/values are projected once per *sentence* (``encoder_out`` [n, S, D]); the ``N = n * w`` rows are
+        the ``w`` beams of each sentence, consecutive, and become the query-length axis of their sentence
+        (``[n, H, w, d]``), so no beam ever needs its own copy of the keys. Returns ``(out [N, D], probs
+        [N, H, 1, S] or None)``.
+        """
+        entry = state.get(self.state_key)
+        if entry is None:
+            entry = self._cross_entry(encoder_out, key_padding_mask)
+            state[self.state_key] = entry
+        k, v = entry["k"], entry["v"]
+        sents = k.size(0)
+        rows = x.size(0)
+        w = rows // sents
+        hk, _, hv = self._split
+        h = self.num_heads
+        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).view(sents, w, h, self.key_dim).transpose(1, 2)
+        probs = None
+        if need_weights:
+            scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scaling  # [n, H, w, S]
+            if entry["mask"] is not None:
+                scores = scores.masked_fill(entry["mask"][:, None, None, :], float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            out = torch.matmul(probs.to(v.dtype), v)
+            probs = probs.transpose(1, 2).reshape(rows, h, 1, -1)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=entry["keep"], scale=self.scaling)
+        out = out.transpose(1, 2).reshape(rows, hv)  # [n, w, H, dv]: a view for SDPA's CPU layout
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias), probs
+
+    def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor]) -> dict:
+        k, v = self._project_kv(encoder_out)
+        mask = key_padding_mask
+        if mask is not None and not bool(mask.any()):
+            mask = None
+        keep = None if mask is None else ~mask[:, None, None, :]
+        return {"k": k, "v": v, "mask": mask, "keep": keep, "sentence_level": True}
+
+
+def _grow(entry: dict, cap: int) -> None:
+    length = entry["len"]
+    for name in ("k", "v"):
+        old = entry[name]
+        grown = old.new_empty(old.size(0), old.size(1), cap, old.size(3))
+        grown[:, :, :length] = old[:, :, :length]
+        entry[name] = grown
+    entry.pop("spare_k", None)
+    entry.pop("spare_v", None)
+
+
 def _causal_keep(tgt_len: int, src_len: int, device) -> torch.Tensor:
     """[T, S] bool, True where query t (the last T of S positions) may attend to key s."""
     return torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril_(src_len - tgt_len)
 
 
-def reorder_state(state: dict, new_order: torch.Tensor) -> None:
-    """Reorder every cached tensor of an incremental state along the batch dimension (beam search)."""
+def reorder_state(state: dict, new_order: torch.Tensor, sentence_order: Optional[torch.Tensor] = None,
+                  per_sentence: bool = False) -> None:
+    """Reorder every cached tensor of an incremental state along the batch dimension (beam search).
+
+    Self-attention caches follow ``new_order`` (only their filled part is copied, into a reused spare
+    buffer). Encoder–decoder entries follow ``new_order`` too, unless ``per_sentence``: then they hold one
+    row per sentence (see :meth:`MultiheadAttention.step_cross`) and follow ``sentence_order`` (the kept
+    sentences), or stay as they are when it is None.
+    """
     for entry in state.values():
         if not isinstance(entry, dict):
             continue
+        if "len" in entry:  # a self-attention cache
+            length = entry["len"]
+            for name in ("k", "v"):
+                buf = entry[name]
+                if buf.requires_grad and torch.is_grad_enabled():  # out= does not record gradients
+                    entry[name] = buf.index_select(0, new_order)
+                    continue
+                spare = entry.get("spare_" + name)
+                rows = new_order.numel()
+                if spare is None or spare.size(0) < rows or spare.shape[1:] != buf.shape[1:]:
+                    spare = buf.new_empty((max(rows, buf.size(0)),) + tuple(buf.shape[1:]))
+                out = spare[:rows]
+                torch.index_select(buf[:, :, :length], 0, new_order, out=out[:, :, :length])
+                entry[name], entry["spare_" + name] = out, buf
+            continue
+        if per_sentence and entry.get("sentence_level"):
+            order = sentence_order
+        else:
+            order = new_order
+        if order is None:
+            continue
         for name, value in entry.items():
             if isinstance(value, torch.Tensor):
-                entry[name] = value.index_select(0, new_order)
+                entry[name] = value.index_select(0, order)

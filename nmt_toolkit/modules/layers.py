@@ -102,3 +102,23 @@ class TransformerDecoderLayer(nn.Module):
                                     incremental_state=incremental_state, need_weights=need_attn)
         x = self.encoder_attn_res.post(x, y)
         return self.ffn_res.post(x, self.ffn(self.ffn_res.pre(x))), attn
+
+    # ------------------------------------------------------------------ one decoding step (inference only)
+
+    def forward_step(self, x: torch.Tensor, encoder_out: torch.Tensor, encoder_padding_mask: Optional[torch.Tensor],
+                     state: dict, need_attn: bool = False):
+        """Incremental decoding of one position per row: ``x`` [N, D] (2-D), ``encoder_out`` [n, S, D] with
+        ``N = n * beams`` (see :meth:`MultiheadAttention.step_cross`). Returns ``(x [N, D], attn [N, H, 1, S]
+        or None)``. Same arithmetic as :meth:`forward` without dropout."""
+        pre = self.self_attn_res.normalize_before
+        sa, ca, ff = self.self_attn_res.norm, self.encoder_attn_res.norm, self.ffn_res.norm
+        y = self.self_attn.step_self(sa(x) if pre else x, state)
+        x = x + y if pre else sa(x + y)
+        y, attn = self.encoder_attn.step_cross(ca(x) if pre else x, encoder_out, encoder_padding_mask, state,
+                                               need_weights=need_attn)
+        x = x + y if pre else ca(x + y)
+        fc1, fc2 = self.ffn.fc1, self.ffn.fc2
+        h = F.linear(ff(x) if pre else x, fc1.weight, fc1.bias)
+        h = h.relu_() if self.ffn.activation is F.relu else self.ffn.activation(h)
+        y = F.linear(h, fc2.weight, fc2.bias)
+        return (x + y if pre else ff(x + y)), attn
