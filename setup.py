@@ -41,6 +41,7 @@ setup(
         "sentencepiece",
         "subword-nmt",
         "sacrebleu>=2.0",
+        "sacremoses",
         "click>=8.1",
         "pyyaml",
         "tqdm",
