@@ -160,11 +160,13 @@ def _bleu(text: str) -> float:
 @pytest.mark.slow
 def test_quickstart_short_run(tmp_path):
     """The quickstart pipeline on a shortened built-in task (the full run is the README's main job)."""
-    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", "--minutes", "0.5",
-                 env={"QS_TRAIN_PAIRS": "2000", "QS_TEST_PAIRS": "100", "QS_MAX_EPOCH": "2"})
+    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", "--minutes", "5",
+                 env={"QS_TRAIN_PAIRS": "2000", "QS_TEST_PAIRS": "100",
+                      "QS_EXTRA": "--max-update 12 --save-interval-updates 4"})
     assert _bleu(proc.stdout) >= 0.0
     assert "SRC" in proc.stdout and "SYS" in proc.stdout
-    assert (tmp_path / "qs" / "output" / "hyp.txt").is_file()
+    assert len((tmp_path / "qs" / "output" / "hyp.txt").read_text().splitlines()) == 100
+    assert (tmp_path / "qs" / "checkpoints" / "averaged.pt").is_file()
 
 
 @pytest.mark.slow
