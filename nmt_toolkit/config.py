@@ -59,8 +59,9 @@ def option(
 
 
 def _resolved_hints(cls: type) -> dict[str, Any]:
-    module = sys.modules.get(cls.__module__)
-    return typing.get_type_hints(cls, globalns=vars(module) if module else None)
+    """Field types with string annotations resolved, each in the module of the class that declared it
+    (a plugin's config may subclass ours and import fewer names)."""
+    return typing.get_type_hints(cls)
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
