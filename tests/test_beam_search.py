@@ -173,3 +173,38 @@ def test_sampling_is_seeded_and_respects_topk():
     c = SequenceGenerator([model], d, beam_size=2, max_len_b=6, sampling=True, sampling_topp=0.5, temperature=0.7,
                           seed=1).generate(src, lengths)
     assert all(len(h[0]["tokens"]) >= 1 for h in c)
+
+
+def test_row_topk_equals_topk():
+    from nmt_toolkit.generation.beam_search import _row_topk
+
+    g = torch.Generator().manual_seed(0)
+    for width in (8008, 2048, 1000, 999, 40):
+        x = torch.randn(7, width, generator=g)
+        x[0, 5:] = float("-inf")  # fewer finite values than asked for
+        v, i = _row_topk(x, 8)
+        rv, ri = x.topk(8, dim=1)
+        assert torch.equal(v, rv)
+        assert torch.equal(i[1:], ri[1:]) and torch.equal(i[0, :5], ri[0, :5])
+        assert torch.equal(x.gather(1, i), v)
+
+
+@pytest.mark.parametrize("need_attn", [False, True])
+def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn):
+    """Sentence-level encoder keys/values and the chunked top-k give the generic layout's hypotheses."""
+    import nmt_toolkit.generation.beam_search as bs
+
+    d = make_dict(2044)  # 2048 symbols: the chunked top-k runs
+    model = make_model(d, 17, peak=3.0)
+    src, lengths = make_batch(d, [7, 3, 11, 5, 9, 2], 17)
+    gen = SequenceGenerator([model], d, beam_size=4, nbest=4, max_len_b=8)
+    fast = gen.generate(src, lengths, need_attn=need_attn)
+    monkeypatch.setattr(bs, "_CHUNKED_TOPK_MIN_VOCAB", 10**9)
+    monkeypatch.setattr(TransformerModel, "supports_sentence_level_encoder_out", False)
+    slow = gen.generate(src, lengths, need_attn=need_attn)
+    for a, b in zip(fast, slow):
+        for x, y in zip(a, b):
+            assert x["tokens"].tolist() == y["tokens"].tolist()
+            assert x["score"] == pytest.approx(y["score"], abs=1e-5)
+            if need_attn:
+                torch.testing.assert_close(x["attention"], y["attention"], atol=1e-5, rtol=0)
