@@ -63,3 +63,16 @@ def test_adam_betas_parse_and_fused():
     opt = build_adam(AdamConfig(adam_betas="(0.9, 0.98)"), [torch.nn.Parameter(torch.zeros(3))], 1e-3)
     assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
     assert opt.defaults.get("fused") or opt.defaults.get("foreach")
+
+
+def test_noam_without_lr_flag_is_eq3_exactly():
+    """With no --lr, noam's scale defaults to 1.0 (not the generic 5e-4): lr(4000) is the paper's 6.988e-4."""
+    from nmt_toolkit import registry
+    from nmt_toolkit.optim import build_lr_scheduler, default_lr
+    from nmt_toolkit.optim.lr_schedulers import NoamConfig
+
+    registry.import_builtin_components()
+    assert default_lr("noam") == 1.0 and default_lr("inverse_sqrt") == 5e-4
+    sched = build_lr_scheduler("noam", NoamConfig(warmup_updates=4000, model_dim=512), None, None)
+    assert abs(sched.step_update(3999) - 512 ** -0.5 * 4000 ** -0.5) < 1e-12
+    assert abs(sched.step_update(3999) - 6.988e-4) < 1e-6

@@ -13,4 +13,10 @@ def build_optimizer(name: str, cfg: Any, params, lr: float):
 
 def build_lr_scheduler(name: str, cfg: Any, optimizer, lr: float):
     """The registered schedule ``name``; it sets ``optimizer``'s lr at every ``step_update``."""
-    return LR_SCHEDULERS.get(name).obj(cfg, optimizer, lr)
+    cls = LR_SCHEDULERS.get(name).obj
+    return cls(cfg, optimizer, default_lr(name) if lr is None else lr)
+
+
+def default_lr(scheduler_name: str) -> float:
+    """``--lr`` when the user gave none: the schedule's own ``default_lr`` (noam: 1.0, a scale), else 5e-4."""
+    return float(getattr(LR_SCHEDULERS.get(scheduler_name).obj, "default_lr", 5e-4))

@@ -76,6 +76,8 @@ class NoamSchedule(Scheduler):
     ``step`` counts from 1 (the first update); ``step_update(n)`` sets the lr for update n+1.
     """
 
+    default_lr = 1.0  # --lr scales eq. 3; unset, the schedule is the paper's exactly
+
     def lr_at(self, step: int) -> float:
         return self.base_lr * noam(step + 1, self.model_dim, self.cfg.warmup_updates)
 

@@ -10,7 +10,8 @@ from nmt_toolkit.errors import UsageError
 
 @dataclass
 class OptimizationConfig:
-    lr: float = option(5e-4, "learning rate (peak lr for inverse_sqrt; a scale factor for noam)")
+    lr: Optional[float] = option(None, "learning rate: the peak for inverse_sqrt, the constant for fixed; with noam a "
+                                 "scale factor of eq. 3 (default: 5e-4; 1.0 for noam)")
     max_update: int = option(0, "stop after this many optimizer updates (0 = no limit)")
     max_epoch: int = option(0, "stop after this many epochs (0 = no limit)")
     update_freq: int = option(1, "accumulate gradients over N batches per update (N× larger effective batch)")
@@ -29,7 +30,7 @@ class OptimizationConfig:
     def validate(self) -> None:
         if self.update_freq < 1:
             raise UsageError(f"--update-freq must be at least 1, got {self.update_freq}")
-        if self.lr < 0:
+        if self.lr is not None and self.lr < 0:
             raise UsageError(f"--lr must not be negative, got {self.lr}")
 
 

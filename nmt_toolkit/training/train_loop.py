@@ -21,7 +21,7 @@ from nmt_toolkit.config import dump_yaml, to_dict
 from nmt_toolkit.criterions import build_criterion, derived_metrics
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.models import build_model
-from nmt_toolkit.optim import build_lr_scheduler, build_optimizer
+from nmt_toolkit.optim import build_lr_scheduler, build_optimizer, default_lr
 from nmt_toolkit.registry import TASKS
 from nmt_toolkit.training import checkpoints as ckpt_io
 from nmt_toolkit.training import distributed
@@ -130,11 +130,12 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     task = TASKS.get(comp.task).obj.setup_task(configs["task"])
     model = build_model(comp.model, configs["model"], task.source_dictionary, task.target_dictionary).to(device)
     criterion = build_criterion(comp.criterion, configs.get("criterion"), task)
-    optimizer = build_optimizer(comp.optimizer, configs.get("optimizer"), model.parameters(), opt.lr)
+    lr = default_lr(comp.lr_scheduler) if opt.lr is None else opt.lr
+    optimizer = build_optimizer(comp.optimizer, configs.get("optimizer"), model.parameters(), lr)
     sched_cfg = configs.get("lr_scheduler")
     if sched_cfg is not None and hasattr(sched_cfg, "model_dim") and not sched_cfg.model_dim:
         sched_cfg.model_dim = getattr(configs["model"], "embed_dim", None)
-    lr_scheduler = build_lr_scheduler(comp.lr_scheduler, sched_cfg, optimizer, opt.lr)
+    lr_scheduler = build_lr_scheduler(comp.lr_scheduler, sched_cfg, optimizer, lr)
     if hasattr(lr_scheduler, "total_updates"):
         lr_scheduler.total_updates = opt.max_update
     trainer = Trainer(model, criterion, optimizer, lr_scheduler, device, clip_norm=opt.clip_norm,
