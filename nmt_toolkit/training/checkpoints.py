@@ -71,8 +71,7 @@ def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, unsafe globals, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path}: not a readable nmt_toolkit checkpoint (truncated or foreign file: {first[:160]})") from exc
+        raise DataError(f"{path}: not a readable nmt_toolkit checkpoint ({_load_failure_reason(exc)})") from exc
     if not isinstance(state, dict) or any(k not in state for k in KEYS):
         missing = [k for k in KEYS if not isinstance(state, dict) or k not in state]
         raise DataError(f"{path}: not an nmt_toolkit checkpoint (missing {', '.join(missing)})")
@@ -131,3 +130,14 @@ def last_checkpoint(save_dir: str, restore_file: Optional[str] = None) -> Option
     if restore_file and restore_file != "checkpoint_last.pt":
         raise DataError(f"--restore-file {restore_file}: no such checkpoint")
     return None
+
+
+def _load_failure_reason(exc: Exception) -> str:
+    """A short reason for a failed ``torch.load``: torch's own messages run to paragraphs of advice."""
+    text = str(exc)
+    if "Weights only load failed" in text or "Unsupported global" in text or "UnpicklingError" in type(exc).__name__:
+        return "not a zip archive of tensors and plain values: truncated, or saved by another program"
+    if "zip" in text.lower() or "central directory" in text or isinstance(exc, EOFError):
+        return "truncated or corrupt archive"
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return f"{type(exc).__name__}: {first[:120]}"
