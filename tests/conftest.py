@@ -24,6 +24,21 @@ def data_dir() -> pathlib.Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def data_path():
+    """``data_path("ptb-sample/mrg")``: one file or folder of the real corpora, with the same skip/fail rule."""
+
+    def find(relative: str) -> pathlib.Path:
+        path = shared_data_dir() / relative
+        if not path.exists():
+            if os.environ.get("NMT_TOOLKIT_REQUIRE_DATA") == "1":
+                pytest.fail(f"test data {path} is missing (NMT_TOOLKIT_REQUIRE_DATA=1)")
+            pytest.skip(f"test data {path} not found; set NMT_TOOLKIT_TEST_DATA")
+        return path
+
+    return find
+
+
 @pytest.fixture(autouse=True)
 def _few_threads():
     """Tests run on 2-core CI machines: keep torch from oversubscribing."""

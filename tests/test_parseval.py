@@ -2,8 +2,6 @@
 and evalb.c (each case says how), never copied from this implementation's output."""
 
 import dataclasses
-import os
-from pathlib import Path
 
 import pytest
 
@@ -11,18 +9,6 @@ from nmt_toolkit.scoring.parseval import (
     COLLINS, ERROR, OK, SKIP, EvalbParams, ParsevalError, Tree, evaluate, load_params, parse_tree,
     read_trees, strip_function_tags,
 )
-
-DATA = Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
-
-
-def data_path(relative: str) -> Path:
-    path = DATA / relative
-    if not path.exists():
-        if os.environ.get("NMT_TOOLKIT_REQUIRE_DATA") == "1":
-            pytest.fail(f"test data {path} is missing (NMT_TOOLKIT_REQUIRE_DATA=1)")
-        pytest.skip(f"test data {path} not found; set NMT_TOOLKIT_TEST_DATA")
-    return path
-
 
 def one(gold: str, test: str, params: EvalbParams = COLLINS):
     result = evaluate([gold], [test], params)
@@ -257,7 +243,7 @@ Tagging accuracy          =  83.33
 # ----------------------------------------------------------------------------- parameter files
 
 
-def test_collins_prm_file_gives_the_builtin_params():
+def test_collins_prm_file_gives_the_builtin_params(data_path):
     assert load_params(data_path("evalb-params/COLLINS.prm")) == COLLINS
 
 

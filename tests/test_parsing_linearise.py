@@ -1,8 +1,6 @@
 """Tree linearisation for parsing as translation: cleaning, round trips, repairs of bad outputs."""
 
-import os
 import random
-from pathlib import Path
 
 import pytest
 
@@ -10,18 +8,6 @@ from nmt_toolkit.scoring.parseval import ERROR, ParsevalError, evaluate, parse_t
 from nmt_toolkit.tasks.parsing import (
     delinearise, linearise_tree, preprocess_tree, read_treebank, restore_pos_tags,
 )
-
-DATA = Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
-
-
-def data_path(relative: str) -> Path:
-    path = DATA / relative
-    if not path.exists():
-        if os.environ.get("NMT_TOOLKIT_REQUIRE_DATA") == "1":
-            pytest.fail(f"test data {path} is missing (NMT_TOOLKIT_REQUIRE_DATA=1)")
-        pytest.skip(f"test data {path} not found; set NMT_TOOLKIT_TEST_DATA")
-    return path
-
 
 PTB = ("( (S (NP-SBJ-1 (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog)) "
        "(SBAR (-NONE- 0) (S (NP-SBJ (-NONE- *T*-1)) (VP (-NONE- *?*))))) (. .)) )")
@@ -44,7 +30,7 @@ def test_delinearise_puts_words_back():
     assert delinearise(target, words, pos_tags=tags) == preprocess_tree(PTB)
 
 
-def test_read_treebank_multiline_mrg_equals_oneline():
+def test_read_treebank_multiline_mrg_equals_oneline(data_path):
     mrg_dir = data_path("ptb-sample/mrg")
     oneline = list(read_treebank(data_path("ptb-sample/oneline/dev.wsj_sample.trees")))
     multiline = [t for i in range(160, 180) for t in read_treebank(mrg_dir / f"wsj_{i:04d}.mrg")]
@@ -59,7 +45,7 @@ def test_read_treebank_reports_broken_files(tmp_path):
         list(read_treebank(path))
 
 
-def test_round_trip_on_dev_gives_the_tree_back_and_f1_100():
+def test_round_trip_on_dev_gives_the_tree_back_and_f1_100(data_path):
     trees = list(read_treebank(data_path("ptb-sample/oneline/dev.wsj_sample.trees")))
     gold = [preprocess_tree(t) for t in trees]
     predicted = []
