@@ -1,11 +1,15 @@
 """Batched beam search over incremental decoding (SequenceGenerator) and teacher-forced scoring.
 
-All beams of all sentences of a batch form one decoder batch of ``bsz * beam`` rows. The encoder runs once.
-Each step: log_softmax (fp32) of the last position → add the cumulative scores → top ``2*beam`` over
-beam×V per sentence (twice the beam, so that ``beam`` non-EOS candidates remain when some end) → the
-EOS candidates among the first ``beam`` are *finalized* → the first ``beam`` non-EOS candidates continue
-→ one ``index_select`` per cached tensor reorders the incremental state (the same index also drops the
-sentences that are done, so the batch shrinks as sentences finish).
+All beams of all sentences of a batch form one decoder batch of ``bsz * beam`` rows (the first step, where
+every beam is the same sentence start, runs one row per sentence). The encoder runs once; its output and
+the encoder–decoder keys/values are kept once per *sentence* (models that declare
+``supports_sentence_level_encoder_out``), the beams of a sentence attending as one query block.
+Each step: log_softmax (fp32) of the last position → top ``2*beam`` over beam×V per sentence (twice the
+beam, so that ``beam`` non-EOS candidates remain when some end; computed as the top ``2*beam`` of each row
+plus its cumulative score, then of the sentence's rows) → the EOS candidates among the first ``beam`` are
+*finalized* → the first ``beam`` non-EOS candidates continue → one ``index_select`` per self-attention
+cache reorders the incremental state (the same index also drops the sentences that are done, so the batch
+shrinks as sentences finish; only then are the per-sentence encoder tensors indexed).
 
 Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
 ``sum log p(y_t | y_<t, x) / lp(|Y|)`` with the GNMT length penalty ``lp(n) = ((5 + n) / 6) ** alpha``

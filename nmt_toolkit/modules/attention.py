@@ -7,12 +7,17 @@ Incremental state (a plain dict owned by the caller, shared by all layers of one
 module stores one entry under its own ``state_key``):
 
 - self-attention: ``{"k": [B, H, capacity, d_k], "v": [B, H, capacity, d_v], "len": int}`` — preallocated
-  buffers that grow by doubling; one step writes one column, so a sentence of T steps costs O(T) copies;
+  buffers (capacity ``state["_capacity"]`` when the caller sets it, else 16) that grow by doubling; one step
+  writes one column, so a sentence of T steps costs O(T) copies; ``spare_k``/``spare_v`` are the buffers a
+  reorder writes into next (double buffering: no allocation per step);
 - encoder–decoder attention: ``{"k": [B, H, S, d_k], "v": [B, H, S, d_v], "mask": [B, S] bool or None,
   "keep": [B, 1, 1, S] bool or None}``, computed once from the encoder output at the first step (``mask`` is
-  True at padded source positions, ``keep`` its negation as SDPA takes it).
+  True at padded source positions, ``keep`` its negation as SDPA takes it). On the decoding-step path
+  (:meth:`MultiheadAttention.step_cross`) B counts *sentences*: the beams of a sentence share one entry
+  (``"sentence_level": True``) and are its query-length axis.
 
-:func:`reorder_state` applies a beam reordering (``index_select`` on the batch dimension) to every entry.
+:func:`reorder_state` applies a beam reordering (``index_select`` on the batch dimension, of the filled
+part of self-attention caches only) to every entry; sentence-level entries follow the kept sentences.
 """
 from __future__ import annotations
 
