@@ -2,7 +2,7 @@
 
     python benchmarks/generate_speed.py [--sentences 1000] [--batch-size 64] [--beam 4] [--threads 2]
                                         [--archs transformer_small,transformer_base] [--checkpoint ck.pt --data DIR]
-                                        [--profile]
+                                        [--repeats 3] [--profile]
 
 Source sentences: the Multi30k 2016 test set of ../shared/data (NMT_TOOLKIT_TEST_DATA), encoded through a joint
 sentencepiece model (8k) learned by the preprocess library in a temporary folder. Models: random weights of
@@ -12,7 +12,8 @@ the maximum length; the benchmark therefore decodes with max length = source len
 --max-len-b 0``), which matches the length of real German outputs of English sources closely, and reports
 tokens/s next to sentences/s. Batches are length-sorted, ``--batch-size`` sentences each (fairseq's
 ``--batch-size``). Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
-threads) stay meaningful on a machine shared with other jobs, where wall-clock numbers do not.
+threads) stay meaningful on a machine shared with other jobs, where wall-clock numbers do not; with
+``--repeats N`` every timing is the median of N runs, and ``cpu_ratio_to_score_reference`` compares CPU times.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import sys
 import tempfile
 import time
@@ -70,31 +72,42 @@ def random_model(arch: str, d):
 
 
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
-          early_stop: str = "bound"):
+          early_stop: str = "bound", repeats: int = 1):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
 
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
                             early_stop=early_stop)
     gen.generate(*batches[len(batches) // 2])  # warm-up
-    outputs = []
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    for src, lengths in batches:
-        outputs.append(gen.generate(src, lengths))
-    t_gen = time.perf_counter() - t0
-    cpu_gen = time.process_time() - c0
+    walls, cpus = [], []
+    for _ in range(max(1, repeats)):
+        outputs = []
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        for src, lengths in batches:
+            outputs.append(gen.generate(src, lengths))
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    t_gen, cpu_gen = statistics.median(walls), statistics.median(cpus)
     n_sent = sum(len(o) for o in outputs)
     n_tok = sum(len(h[0]["tokens"]) for o in outputs for h in o)
     targets = [torch.nn.utils.rnn.pad_sequence([h[0]["tokens"] for h in o], batch_first=True,
                                                padding_value=d.pad()) for o in outputs]
-    t0 = time.perf_counter()
-    for (src, lengths), tgt in zip(batches, targets):
-        gen.score_reference(src, lengths, tgt)
-    t_ref = time.perf_counter() - t0
+    refs, ref_cpus = [], []
+    for _ in range(max(1, repeats)):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        for (src, lengths), tgt in zip(batches, targets):
+            gen.score_reference(src, lengths, tgt)
+        refs.append(time.perf_counter() - t0)
+        ref_cpus.append(time.process_time() - c0)
+    t_ref, cpu_ref = statistics.median(refs), statistics.median(ref_cpus)
     result = {"sentences_per_s": round(n_sent / t_gen, 2), "target_tokens_per_s": round(n_tok / t_gen, 1),
               "seconds": round(t_gen, 2),
               "cpu_seconds": round(cpu_gen, 2), "sentences_per_cpu_s": round(n_sent / cpu_gen, 2), "score_reference_seconds": round(t_ref, 3),
-              "ratio_to_score_reference": round(t_gen / t_ref, 2), "target_tokens": n_tok}
+              "ratio_to_score_reference": round(t_gen / t_ref, 2),
+              "cpu_ratio_to_score_reference": round(cpu_gen / cpu_ref, 2), "target_tokens": n_tok,
+              "repeats": max(1, repeats), "seconds_runs": [round(t, 2) for t in walls],
+              "cpu_seconds_runs": [round(t, 2) for t in cpus]}
     if profile:
         from torch.profiler import ProfilerActivity, profile as tprofile
 
@@ -117,6 +130,8 @@ def main(argv=None) -> None:
     p.add_argument("--max-len-a", type=float, default=None)
     p.add_argument("--max-len-b", type=int, default=None)
     p.add_argument("--early-stop", default="bound", choices=("bound", "beam"))
+    p.add_argument("--repeats", type=int, default=1, help="time the decode and the scoring this many times; "
+                   "report the medians (wall and CPU)")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -141,7 +156,7 @@ def main(argv=None) -> None:
         b = 50 if args.max_len_b is None else args.max_len_b
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
                                           **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
-                                                args.early_stop)}
+                                                args.early_stop, args.repeats)}
     else:
         with tempfile.TemporaryDirectory() as tmp:
             codec = build_codec(data, tmp)
@@ -156,7 +171,8 @@ def main(argv=None) -> None:
         for arch in args.archs.split(","):
             model = random_model(arch, d)
             report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
-                                      **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop)}
+                                      **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop,
+                                                args.repeats)}
     print(json.dumps(report))
 
 
