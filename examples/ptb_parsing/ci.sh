@@ -16,7 +16,7 @@ t() { echo "== $1: $(( $(date +%s) - T0 ))s" >&2; T0=$(date +%s); }
 
 "$HERE/prepare.sh" "$DATA/ptb-sample/oneline" "$WORK"
 t prepare
-ARCH=transformer_tiny MAX_UPDATE="${CI_MAX_UPDATE:-150}" MAX_TOKENS=4096 WARMUP=60 LR=0.5 \
+ARCH=transformer_tiny MAX_UPDATE="${CI_MAX_UPDATE:-40}" MAX_TOKENS="${CI_MAX_TOKENS:-2048}" WARMUP=20 LR=0.5 \
   EXTRA="--dropout 0.1 --log-interval 50 ${CI_EXTRA:-}" \
   "$HERE/train.sh" "$WORK" 2> "$WORK/train.log" || { tail -n 30 "$WORK/train.log" >&2; exit 1; }
 tail -n 3 "$WORK/train.log" >&2
