@@ -36,8 +36,10 @@ class FeedForward(nn.Module):
             nn.init.zeros_(fc.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
-        return self.fc2(x)
+        h = self.fc1(x)
+        if not self.training and self.activation is F.relu:
+            return self.fc2(h.relu_())  # decoding: no dropout, and no second [N, d_ff] buffer for the ReLU
+        return self.fc2(_dropout(self.activation(h), self.activation_dropout, self.training))
 
 
 class _Residual(nn.Module):
@@ -117,8 +119,5 @@ class TransformerDecoderLayer(nn.Module):
         y, attn = self.encoder_attn.step_cross(ca(x) if pre else x, encoder_out, encoder_padding_mask, state,
                                                need_weights=need_attn)
         x = x + y if pre else ca(x + y)
-        fc1, fc2 = self.ffn.fc1, self.ffn.fc2
-        h = F.linear(ff(x) if pre else x, fc1.weight, fc1.bias)
-        h = h.relu_() if self.ffn.activation is F.relu else self.ffn.activation(h)
-        y = F.linear(h, fc2.weight, fc2.bias)
+        y = self.ffn(ff(x) if pre else x)  # any FFN module (plugins swap in their own)
         return (x + y if pre else ff(x + y)), attn

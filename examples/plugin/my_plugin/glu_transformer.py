@@ -9,9 +9,7 @@ incremental ``forward_decoder`` …), so training, beam search, checkpoints and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional  # noqa: F401  (see the note on GluTransformerConfig)
 
-import types
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +24,7 @@ GATES = {"sigmoid": torch.sigmoid, "gelu": F.gelu, "silu": F.silu}
 
 @dataclass
 class GluTransformerConfig(TransformerConfig):
-    """The built-in model's options, plus the gate of the feed-forward units.
-
-    Note: the inherited fields are annotated ``Optional[int]`` in nmt_toolkit's module; while the option
-    builder resolves annotations in *this* module's namespace, ``Optional`` must be importable here.
-    """
+    """The built-in model's options, plus the gate of the feed-forward units."""
 
     glu_gate: str = option("silu", "gate activation of the GLU feed-forward: sigmoid (GLU), gelu (GEGLU) "
                                    "or silu (SwiGLU)", choices=sorted(GATES))
@@ -67,28 +61,7 @@ class GluTransformerModel(TransformerModel):
         for layer in list(model.encoder.layers) + list(model.decoder.layers):
             layer.ffn = GluFeedForward(cfg.embed_dim, cfg.ffn_embed_dim, cfg.glu_gate, cfg.glu_bias,
                                        cfg.activation_dropout)
-        for layer in model.decoder.layers:
-            if hasattr(layer, "forward_step"):
-                layer.forward_step = types.MethodType(_forward_step_any_ffn, layer)
         return model
-
-
-def _forward_step_any_ffn(self, x, encoder_out, encoder_padding_mask, state: dict, need_attn: bool = False):
-    """The built-in decoder layer's one-step decoding with the FFN called as a module.
-
-    Workaround: nmt_toolkit's ``TransformerDecoderLayer.forward_step`` inlines the built-in FeedForward
-    (reads ``ffn.fc1``/``ffn.fc2``), so a swapped-in FFN would break beam search. Same arithmetic otherwise;
-    remove once the built-in layer calls ``self.ffn``.
-    """
-    pre = self.self_attn_res.normalize_before
-    sa, ca, ff = self.self_attn_res.norm, self.encoder_attn_res.norm, self.ffn_res.norm
-    y = self.self_attn.step_self(sa(x) if pre else x, state)
-    x = x + y if pre else sa(x + y)
-    y, attn = self.encoder_attn.step_cross(ca(x) if pre else x, encoder_out, encoder_padding_mask, state,
-                                           need_weights=need_attn)
-    x = x + y if pre else ca(x + y)
-    y = self.ffn(ff(x) if pre else x)
-    return (x + y if pre else ff(x + y)), attn
 
 
 @register_architecture("glu_transformer", "glu_transformer_tiny")
