@@ -199,7 +199,7 @@ class _HelpSectionsCommand(click.Command):
             rows = []
             for name in names:
                 param = by_name.get(name)
-                if param is None:
+                if param is None or isinstance(param, click.Argument):
                     continue
                 record = param.get_help_record(ctx)
                 if record:
@@ -208,7 +208,9 @@ class _HelpSectionsCommand(click.Command):
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
-        rest = [p.get_help_record(ctx) for p in self.get_params(ctx) if p.name not in shown]
+        # positional arguments are shown in the usage line; click >= 8.3 would also list them here
+        rest = [p.get_help_record(ctx) for p in self.get_params(ctx)
+                if p.name not in shown and not isinstance(p, click.Argument)]
         rest = [r for r in rest if r]
         if rest:
             with formatter.section("Other options"):
