@@ -15,6 +15,23 @@ class CrossEntropyConfig:
     sentence_avg: bool = option(False, "normalise the loss per sentence instead of per target token")
 
 
+def finish(loss, nll_loss, sample, sentence_avg: bool):
+    """The criterion's return value: the summed loss, what it is normalised by, and the logged sums.
+
+    ``sample_size`` is the number of target tokens (or sentences with ``--sentence-avg``); the trainer
+    divides the gradients by its sum over micro-batches and ranks.
+    """
+    sample_size = sample["target"].size(0) if sentence_avg else sample["ntokens"]
+    logging_output = {
+        "loss": loss.detach(),
+        "nll_loss": nll_loss.detach(),
+        "ntokens": sample["ntokens"],
+        "nsentences": sample["target"].size(0),
+        "sample_size": sample_size,
+    }
+    return loss, sample_size, logging_output
+
+
 def target_log_probs(model, sample):
     """Forward the model; return fp32 log-probabilities [N, V] and targets [N] (flattened)."""
     logits = model(**sample["net_input"])
@@ -35,12 +52,4 @@ class CrossEntropyCriterion:
     def __call__(self, model, sample):
         lprobs, target = target_log_probs(model, sample)
         loss = F.nll_loss(lprobs, target, ignore_index=self.padding_idx, reduction="sum")
-        sample_size = sample["target"].size(0) if self.cfg.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.detach(),
-            "nll_loss": loss.detach(),
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-        }
-        return loss, sample_size, logging_output
+        return finish(loss, loss, sample, self.cfg.sentence_avg)

@@ -18,6 +18,7 @@ import torch
 
 from nmt_toolkit.config import option
 from nmt_toolkit.registry import register_criterion
+from nmt_toolkit.criterions.cross_entropy import finish
 
 
 @dataclass
@@ -106,12 +107,4 @@ class LabelSmoothedCrossEntropyCriterion:
         logits = model(**sample["net_input"])
         loss, nll_loss = fused_label_smoothed_nll_loss(logits.view(-1, logits.size(-1)), sample["target"].reshape(-1),
                                                        self.cfg.label_smoothing, self.padding_idx)
-        sample_size = sample["target"].size(0) if self.cfg.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.detach(),
-            "nll_loss": nll_loss.detach(),
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-        }
-        return loss, sample_size, logging_output
+        return finish(loss, nll_loss, sample, self.cfg.sentence_avg)
