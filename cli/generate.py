@@ -37,10 +37,14 @@ class GenerateIOConfig:
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
     cpu: bool = option(False, "decode on the CPU even when a GPU is available")
     fp16: bool = option(False, "decode in float16 (GPU only)")
-    attention_plot: Optional[str] = option(None, "write one PNG heatmap of the encoder-decoder attention per "
-                                                 "sentence to this folder (needs matplotlib: the [viz] extra)",
+    attention_plot: Optional[str] = option(None, "write one PNG attention heatmap per sentence to this folder, as "
+                                                 "in the paper's Figures 3-5 (needs matplotlib: the [viz] extra)",
                                            metavar="DIR")
     attention_plot_max: int = option(20, "plot at most this many sentences")
+    attention_plot_kind: str = option("encoder-decoder", "which attention to plot",
+                                      choices=("encoder", "decoder", "encoder-decoder"))
+    attention_plot_layer: int = option(-1, "which layer to plot (0 = first, -1 = last)")
+    attention_plot_head: int = option(-1, "which head to plot (-1 = the mean of all heads)")
 
 
 def _device(cfg: GenerateIOConfig):
@@ -148,6 +152,14 @@ def generate(configs: dict) -> int:
         except ImportError:
             raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]'") from None
     task, generator, detok, device = setup(configs)
+    if io.attention_plot:  # a wrong layer or head is reported before decoding, not after
+        from nmt_toolkit.generation.attention_maps import attention_module
+
+        first = generator.model.models[0] if hasattr(generator.model, "models") else generator.model
+        heads = attention_module(first, io.attention_plot_kind, io.attention_plot_layer).num_heads
+        if io.attention_plot_head >= heads:
+            raise UsageError(f"--attention-plot-head {io.attention_plot_head}: the model has {heads} heads "
+                             f"(0..{heads - 1}, or -1 for their mean)")
     max_src = generator.model.max_positions()[0]
     raw_sources = None
     if io.input:
@@ -165,7 +177,7 @@ def generate(configs: dict) -> int:
         os.makedirs(io.results_path, exist_ok=True)
         out_handle = open(os.path.join(io.results_path, f"generate-{subset}.txt"), "w", encoding="utf-8")
     printer = OrderedPrinter(None if io.quiet else out_handle)
-    need_attn = io.print_alignment or bool(io.attention_plot)
+    need_attn = io.print_alignment
     h_bpe = _h_bpe_symbol(io, task)
     hyps_by_id, refs_by_id = {}, {}
     plots = []
@@ -192,8 +204,8 @@ def generate(configs: dict) -> int:
                 printer.add(sid, lines)
                 n_sent += 1
                 n_tok += len(hyps[0]["tokens"])
-                if io.attention_plot and len(plots) < io.attention_plot_max and hyps[0]["attention"] is not None:
-                    plots.append((sid, task.src_dict, src_tokens[i], task.tgt_dict, hyps[0]))
+                if io.attention_plot and len(plots) < io.attention_plot_max:
+                    plots.append((sid, src_tokens[i][src_tokens[i] != task.src_dict.pad()], hyps[0]["tokens"]))
     printer.close()
     elapsed = time.perf_counter() - start
     logger.info("translated %d sentences (%d tokens) in %.1fs (%.2f sentences/s, %.2f tokens/s)", n_sent, n_tok,
@@ -201,7 +213,9 @@ def generate(configs: dict) -> int:
     if plots:
         from nmt_toolkit.generation.output import plot_attention
 
-        plot_attention(plots, io.attention_plot)
+        plot_attention(generator.model.models[0] if hasattr(generator.model, "models") else generator.model,
+                       plots, task.src_dict, task.tgt_dict, io.attention_plot, io.attention_plot_kind,
+                       io.attention_plot_layer, io.attention_plot_head)
     if refs_by_id:
         from nmt_toolkit.scoring.bleu import corpus_scores
 

@@ -90,13 +90,16 @@ class OrderedPrinter:
             self.out.flush()
 
 
-def plot_attention(items, folder: str) -> list[str]:
-    """One PNG heatmap per sentence of the encoder–decoder attention (rows: output tokens, columns: source
-    tokens), like the paper's Figures 3–5. ``items``: ``(id, src_dict, src_tokens, tgt_dict, hypothesis)``.
-
-    The attention is what the model returns with ``need_attn``: its last decoder layer, averaged over heads.
+def plot_attention(model, items, src_dict, tgt_dict, folder: str, kind: str = "encoder-decoder", layer: int = -1,
+                   head: int = -1) -> list[str]:
+    """One PNG heatmap per sentence, like the paper's Figures 3–5. ``items``: ``(id, source tokens without
+    padding, hypothesis tokens)``; ``kind`` / ``layer`` / ``head`` choose the attention (head -1: the mean of
+    the heads). The probabilities come from a teacher-forced pass on the hypothesis
+    (:func:`nmt_toolkit.generation.attention_maps.attention_probs`).
     """
     import os
+
+    from nmt_toolkit.generation.attention_maps import attention_probs, select_heads
 
     try:
         import matplotlib
@@ -109,17 +112,23 @@ def plot_attention(items, folder: str) -> list[str]:
         raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]' (or matplotlib)") from None
     os.makedirs(folder, exist_ok=True)
     written = []
-    for sid, src_dict, src_tokens, tgt_dict, hyp in items:
-        attn = hyp["attention"].float().numpy()
-        src = [src_dict[i] for i in src_tokens.tolist() if i != src_dict.pad()][: attn.shape[1]]
-        tgt = [tgt_dict[i] for i in hyp["tokens"].tolist()]
-        fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src) + 2), max(3, 0.35 * len(tgt) + 1.5)))
+    device = next(model.parameters()).device
+    for sid, src_tokens, hyp_tokens in items:
+        probs = attention_probs(model, src_tokens.to(device), hyp_tokens.to(device), tgt_dict.eos(), kind, layer)
+        attn = select_heads(probs, head).numpy()
+        src = [src_dict[i] for i in src_tokens.tolist()]
+        out = [tgt_dict[i] for i in hyp_tokens.tolist()]
+        rows, cols = {"encoder": (src, src), "decoder": (out, [tgt_dict[tgt_dict.eos()]] + out[:-1]),
+                      "encoder-decoder": (out, src)}[kind]
+        fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(cols) + 2), max(3, 0.35 * len(rows) + 1.5)))
         ax.imshow(attn, cmap="Greys", aspect="auto", vmin=0.0)
-        ax.set_xticks(range(len(src)), src, rotation=90, fontsize=8)
-        ax.set_yticks(range(len(tgt)), tgt, fontsize=8)
-        ax.set_xlabel("source")
-        ax.set_ylabel("output")
-        ax.set_title(f"sentence {sid}: encoder-decoder attention (last layer, mean of heads)", fontsize=9)
+        ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.set_xlabel("attended position")
+        ax.set_ylabel("attending position")
+        which = "mean of heads" if head < 0 else f"head {head}"
+        title = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(kind, f"{kind} attention")
+        ax.set_title(f"sentence {sid}: {title}, layer {layer}, {which}", fontsize=9)
         fig.tight_layout()
         path = os.path.join(folder, f"attention-{sid}.png")
         fig.savefig(path, dpi=100)
