@@ -323,11 +323,17 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
                 vocab_file = codec_path[: -len(".model")] + ".vocab"
                 if os.path.exists(vocab_file):
                     os.remove(vocab_file)
+                learned = subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
+                if learned < cfg.bpe_vocab_size:  # sentencepiece stops early on small corpora (no hard limit)
+                    logger.warning("--bpe-vocab-size %d: the training text supports only %d pieces; using %d",
+                                   cfg.bpe_vocab_size, learned, learned)
             else:
                 subword.learn_subword_nmt(train, codec_path, cfg.bpe_merges)
         subword_record = {"type": codec_kind, "model": os.path.basename(codec_path),
                           "source": os.path.abspath(cfg.bpe_model) if cfg.bpe_model else None,
                           "vocab_size": cfg.bpe_vocab_size if codec_kind == "sentencepiece" and not cfg.bpe_model else None,
+                          "pieces": (subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
+                                     if codec_kind == "sentencepiece" else None),
                           "merges": cfg.bpe_merges if codec_kind == "subword_nmt" and not cfg.bpe_model else None}
 
     # 2. dictionaries
