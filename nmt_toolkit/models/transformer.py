@@ -186,7 +186,25 @@ class TransformerDecoder(nn.Module):
                 attn = layer_attn.mean(dim=1)  # average over heads: [N, 1, S]
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        return F.linear(x, self.output_weight()).unsqueeze(1), attn
+        return self._project_into_buffer(x, incremental_state).unsqueeze(1), attn
+
+    def _project_into_buffer(self, x: torch.Tensor, incremental_state: dict) -> torch.Tensor:
+        """The output projection of one step, written into a [N, V] buffer kept in the incremental state.
+
+        A beam step's logits are megabytes (256 rows x 8k words = 8 MB); a fresh tensor per step costs page
+        faults and evicts the weights from cache, so every step reuses one buffer (the caller consumes the
+        logits before the next step; see ``EnsembleModel.log_probs``)."""
+        weight = self.output_weight()
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+            return F.linear(x, weight)
+        rows, vocab = x.size(0), weight.size(0)
+        buf = incremental_state.get("_logits")
+        if buf is None or buf.size(0) < rows or buf.size(1) != vocab or buf.dtype != x.dtype or buf.device != x.device:
+            buf = x.new_empty(rows, vocab)
+            incremental_state["_logits"] = buf
+        out = buf[:rows]
+        torch.mm(x, weight.t(), out=out)
+        return out
 
 
 @register_model("transformer", config=TransformerConfig)
