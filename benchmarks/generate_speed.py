@@ -129,7 +129,7 @@ def main(argv=None) -> None:
     p.add_argument("--data", help="data-bin of --checkpoint")
     p.add_argument("--max-len-a", type=float, default=None)
     p.add_argument("--max-len-b", type=int, default=None)
-    p.add_argument("--early-stop", default="bound", choices=("bound", "beam"))
+    p.add_argument("--early-stop", default="bound", choices=("bound", "beam", "never"))
     p.add_argument("--repeats", type=int, default=1, help="time the decode and the scoring this many times; "
                    "report the medians (wall and CPU)")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")

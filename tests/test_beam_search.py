@@ -208,3 +208,39 @@ def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn):
             assert x["score"] == pytest.approx(y["score"], abs=1e-5)
             if need_attn:
                 torch.testing.assert_close(x["attention"], y["attention"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("nbest,alpha", [(1, 0.6), (2, 0.6), (1, 0.0), (3, 1.0)])
+def test_bound_early_stop_returns_what_a_search_to_the_maximum_length_returns(nbest, alpha):
+    """The bound rule stops a sentence only when no active hypothesis can still enter its n-best: the output
+    equals the search that never stops early, and it takes fewer decoder steps. (A random model almost never
+    ends a sentence; its EOS output row is scaled up so that hypotheses end at varied lengths.)"""
+    d = make_dict(30)
+    src, lengths = make_batch(d, [7, 3, 11, 5, 9, 6, 8, 4], 11)
+    steps = {"bound": 0, "never": 0}
+    for seed in (11, 12, 13):
+        model = make_model(d, seed, peak=4.0)
+        with torch.no_grad():
+            model.decoder.output_weight()[d.eos()].mul_(2.0)
+        outs = {}
+        for rule in ("bound", "never"):
+            gen = SequenceGenerator([model], d, beam_size=4, nbest=nbest, max_len_b=12, lenpen=alpha,
+                                    early_stop=rule)
+            calls = []
+            real = gen.model.log_probs
+            gen.model.log_probs = lambda *a, **k: calls.append(a[0].size(0)) or real(*a, **k)
+            outs[rule] = gen.generate(src, lengths)
+            steps[rule] += sum(calls)
+        for a_hyps, b_hyps in zip(outs["bound"], outs["never"]):
+            assert [h["tokens"].tolist() for h in a_hyps] == [h["tokens"].tolist() for h in b_hyps]
+            assert [h["score"] for h in a_hyps] == pytest.approx([h["score"] for h in b_hyps], abs=1e-5)
+    assert steps["bound"] < steps["never"]  # decoder rows computed over the whole search
+
+
+def test_generator_rejects_an_nbest_larger_than_the_beam_and_unknown_rules():
+    d = make_dict(8)
+    model = make_model(d, 1)
+    with pytest.raises(ValueError, match="nbest"):
+        SequenceGenerator([model], d, beam_size=2, nbest=3)
+    with pytest.raises(ValueError, match="early_stop"):
+        SequenceGenerator([model], d, early_stop="sometimes")

@@ -19,17 +19,18 @@ scores are natural logs here (the printers divide by ln 2).
 Length limits. At most ``max_len = min(a * src_len + b, max_target_positions - 1)`` tokens before the
 EOS, per sentence; EOS is forced at step ``max_len`` and forbidden before step ``min_len``.
 
-Early stopping (``early_stop="bound"``, the rule of tensor2tensor's beam search): a sentence is done when
-it holds ``beam`` finished hypotheses and no active one can still beat the worst of them. An active
-hypothesis with cumulative log-probability ``c <= 0`` after ``L`` tokens can only end with a score
-``c' <= c`` at a length ``n`` in ``[L+1, max_len+1]``, so its final score is at most
-``c / max(lp(L+1), lp(max_len+1))`` (for alpha > 0 the penalty grows with length, and dividing a negative
-score by a larger penalty raises it: the bound uses the longest possible length). When the worst kept
-score is >= the best active bound, nothing can change the result and the sentence leaves the batch.
-Finished hypotheses are kept as the best ``beam`` seen (a better late one replaces the worst).
-``early_stop="beam"`` is fairseq's rule: done as soon as ``beam`` hypotheses have finished. Greedy
-decoding (``beam=1``) and sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop
-(argmax until EOS).
+Early stopping (``early_stop="bound"``, the rule of tensor2tensor's beam search, which the paper used): a
+sentence is done when no active hypothesis can still beat the finished ones it returns, i.e. the
+``nbest``-th best finished score. An active hypothesis with cumulative log-probability ``c <= 0`` after
+``L`` tokens can only end with a score ``c' <= c`` at a length ``n`` in ``[L+1, max_len+1]``, so its final
+score is at most ``c / max(lp(L+1), lp(max_len+1))`` (for alpha > 0 the penalty grows with length, and
+dividing a negative score by a larger penalty raises it: the bound uses the longest possible length). When
+the ``nbest``-th finished score is >= the best active bound, nothing can change the output and the sentence
+leaves the batch: the result is the one ``early_stop="never"`` (every sentence searched to its maximum
+length) returns. Finished hypotheses are kept as the best ``beam`` seen (a better late one replaces the
+worst). ``early_stop="beam"`` is fairseq's rule: done as soon as ``beam`` hypotheses have finished (it can
+miss a longer hypothesis that the length penalty would have preferred). Greedy decoding (``beam=1``) and
+sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop (argmax until EOS).
 """
 from __future__ import annotations
 
@@ -92,6 +93,10 @@ class SequenceGenerator:
         self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
         self.lenpen, self.lenpen_style, self.unkpen = lenpen, lenpen_style, unkpen
         self.no_repeat_ngram_size = no_repeat_ngram_size
+        if early_stop not in ("bound", "beam", "never"):
+            raise ValueError(f"unknown early_stop {early_stop!r} (choices: bound, beam, never)")
+        if not 1 <= nbest <= beam_size:
+            raise ValueError(f"nbest must be between 1 and the beam size ({beam_size}), got {nbest}")
         self.early_stop = "beam" if (beam_size == 1 or sampling) else early_stop
         self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
         self.temperature = temperature
@@ -254,10 +259,11 @@ class SequenceGenerator:
             lprobs[:, self.unk] -= self.unkpen
         if step < self.min_len:
             lprobs[:, self.eos] = NEG_INF
-        at_max = row_max <= step
-        if bool(at_max.any()):
-            banned = at_max.unsqueeze(1) & (torch.arange(lprobs.size(1), device=lprobs.device) != self.eos)
-            lprobs = lprobs.masked_fill(banned, NEG_INF)
+        at_max = (row_max <= step).nonzero().squeeze(1)
+        if at_max.numel():  # only EOS is left to rows at their maximum length
+            eos_lp = lprobs[at_max, self.eos]
+            lprobs.index_fill_(0, at_max, NEG_INF)
+            lprobs[at_max, self.eos] = eos_lp
         if prefix_rows is not None and step < prefix_rows.size(1):
             ptok = prefix_rows[:, step]
             forced = ptok != self.pad
@@ -307,19 +313,21 @@ class SequenceGenerator:
 
     def _done(self, fin, sent_ids, act_scores, sent_max, step) -> torch.Tensor:
         """Which active sentences can stop after this step (the rule in the module docstring)."""
-        fin_scores = fin["scores"].index_select(0, sent_ids)
-        worst = fin_scores[:, -1]
-        full = worst > NEG_INF
         best_active = act_scores.max(dim=1).values
+        ended = (sent_max <= step) | (best_active == NEG_INF)
+        if self.early_stop == "never":
+            return ended
+        fin_scores = fin["scores"].index_select(0, sent_ids)  # best first
         if self.early_stop == "beam":
-            done = full
-        elif self.lenpen == 0:
-            done = full & (worst >= best_active)
+            return ended | (fin_scores[:, -1] > NEG_INF)
+        settled = fin_scores[:, self.nbest - 1]  # the last hypothesis the sentence returns
+        if self.lenpen == 0:
+            bound = best_active
         else:
             longest = sent_max.double() + 1
             bound_lp = torch.maximum(self.lp(longest), torch.full_like(longest, self.lp(float(step + 2))))
-            done = full & (worst.double() >= best_active.double() / bound_lp)
-        return done | (sent_max <= step) | (best_active == NEG_INF)
+            bound = best_active.double() / bound_lp
+        return ended | ((settled > NEG_INF) & (settled.double() >= bound))
 
     def _collect(self, fin, src_lengths) -> list[list[dict]]:
         scores = fin["scores"].cpu()

@@ -26,9 +26,10 @@ class GenerationConfig:
     no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)")
     prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix")
     early_stop: str = option(
-        "bound", "bound: a sentence stops when no active hypothesis can beat its worst kept finished one "
-                 "(T2T's rule); beam: as soon as it has --beam finished hypotheses (fairseq's)",
-        choices=("bound", "beam"))
+        "bound", "bound: a sentence stops when no active hypothesis can beat the finished ones it outputs "
+                 "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "
+                 "search every sentence to its maximum length",
+        choices=("bound", "beam", "never"))
     sampling: bool = option(False, "sample instead of beam search")
     sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)")
     sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)")
