@@ -3,7 +3,7 @@
 \b
     nmt-average-checkpoints --inputs ck/ --num-update-checkpoints 5 --output ck/averaged.pt
     nmt-average-checkpoints --inputs ck/ --num-epoch-checkpoints 5 --output ck/averaged.pt
-    nmt-average-checkpoints --inputs a.pt,b.pt,c.pt --output averaged.pt   (or --inputs a.pt --inputs b.pt …)
+    nmt-average-checkpoints --inputs a.pt b.pt c.pt --output averaged.pt   (or a.pt,b.pt,c.pt)
 
 Averaging is done in float64 and stored in the original dtype; the optimizer state is dropped and the
 configuration kept, so the output is used directly by nmt-generate.
@@ -57,8 +57,9 @@ def average(configs: dict) -> int:
 
 
 def run(argv=None, prog: str = "nmt-average-checkpoints") -> int:
-    from nmt_toolkit.cli.common import run_cli
+    from nmt_toolkit.cli.common import run_cli, spread_values
 
+    argv = spread_values(sys.argv[1:] if argv is None else argv, "--inputs")
     groups = [Group("common", CommonConfig), Group("average", AverageConfig, "averaging options")]
     return run_cli(prog, lambda a: build_command(prog, groups, average, help=__doc__), argv)
 

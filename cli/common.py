@@ -39,6 +39,26 @@ def load_plugins(argv: Sequence[str]) -> None:
         registry.import_user_dir(user_dir)
 
 
+def spread_values(args: Sequence[str], flag: str) -> list[str]:
+    """``--flag a b c`` (argparse's nargs='+', as fairseq's scripts take it) → ``--flag a --flag b --flag c``.
+
+    click options take one value each; this keeps the fairseq spelling working for repeatable options.
+    Values run until the next token that starts with ``-``."""
+    out: list[str] = []
+    current = False
+    for token in args:
+        if token == flag:
+            current = True
+            out.append(token)
+            continue
+        if current and not token.startswith("-") and out[-1] != flag:
+            out.extend([flag, token])
+            continue
+        current = current and not token.startswith("-")
+        out.append(token)
+    return out
+
+
 def run_cli(prog: str, make_command: Callable[[list[str]], click.Command], argv: Optional[Sequence[str]] = None) -> int:
     """Build the program's command for ``argv`` and run it, turning user errors into one line."""
     args = list(sys.argv[1:] if argv is None else argv)

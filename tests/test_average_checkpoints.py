@@ -33,6 +33,16 @@ def test_average_of_two_is_elementwise_mean(tmp_path):
     assert "optimizer" not in state
 
 
+def test_inputs_take_fairseqs_space_separated_spelling(tmp_path):
+    """``--inputs a.pt b.pt c.pt`` (fairseq's average_checkpoints.py) averages all three."""
+    models = [_ck(tmp_path / f"s{i}.pt", i + 1) for i in range(3)]
+    out = tmp_path / "avg.pt"
+    argv = ["--inputs"] + [str(tmp_path / f"s{i}.pt") for i in range(3)] + ["--output", str(out)]
+    assert avg_cli.run(argv) == 0
+    state = torch.load(out, weights_only=True)
+    torch.testing.assert_close(state["model"]["dec.bias"], sum(m["dec.bias"] for m in models) / 3)
+
+
 def test_float64_accumulation_and_dtype(tmp_path):
     paths = []
     for i in range(3):
