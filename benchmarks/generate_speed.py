@@ -14,6 +14,9 @@ tokens/s next to sentences/s. Batches are length-sorted, ``--batch-size`` senten
 ``--batch-size``). Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
 threads) stay meaningful on a machine shared with other jobs, where wall-clock numbers do not; with
 ``--repeats N`` every timing is the median of N runs, and ``cpu_ratio_to_score_reference`` compares CPU times.
+``flop_ratio_to_score_reference`` (matrix-multiply FLOPs counted by torch, untimed passes) is the time ratio
+the decode would have at the scoring pass's FLOP rate; ``decode_gflops_per_s`` / ``score_reference_gflops_per_s``
+show how far from it each runs.
 """
 from __future__ import annotations
 
@@ -71,8 +74,25 @@ def random_model(arch: str, d):
     return TransformerModel.build_model(cfg, d, d).eval()
 
 
+def count_flops(gen, batches, targets):
+    """Matrix-multiply FLOPs (torch's FlopCounterMode: mm, addmm, bmm, attention) of one untimed decode
+    and one untimed scoring pass. Their ratio is what the time ratio would be if both ran at the same
+    FLOP rate; the time ratio over it is the decode's efficiency loss (small per-step matrices, cache
+    reorders, top-k, Python per step)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        for src, lengths in batches:
+            gen.generate(src, lengths)
+    decode = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        for (src, lengths), tgt in zip(batches, targets):
+            gen.score_reference(src, lengths, tgt)
+    return decode, counter.get_total_flops()
+
+
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
-          early_stop: str = "bound", repeats: int = 1):
+          early_stop: str = "bound", repeats: int = 1, count: bool = True):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
 
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
@@ -101,6 +121,7 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
         refs.append(time.perf_counter() - t0)
         ref_cpus.append(time.process_time() - c0)
     t_ref, cpu_ref = statistics.median(refs), statistics.median(ref_cpus)
+    flops = count_flops(gen, batches, targets) if count else None
     result = {"sentences_per_s": round(n_sent / t_gen, 2), "target_tokens_per_s": round(n_tok / t_gen, 1),
               "seconds": round(t_gen, 2),
               "cpu_seconds": round(cpu_gen, 2), "sentences_per_cpu_s": round(n_sent / cpu_gen, 2), "score_reference_seconds": round(t_ref, 3),
@@ -108,6 +129,12 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
               "cpu_ratio_to_score_reference": round(cpu_gen / cpu_ref, 2), "target_tokens": n_tok,
               "repeats": max(1, repeats), "seconds_runs": [round(t, 2) for t in walls],
               "cpu_seconds_runs": [round(t, 2) for t in cpus]}
+    if flops:
+        decode, score = flops
+        result.update({"decode_gflop": round(decode / 1e9, 1), "score_reference_gflop": round(score / 1e9, 1),
+                       "flop_ratio_to_score_reference": round(decode / score, 2),
+                       "decode_gflops_per_s": round(decode / 1e9 / t_gen, 1),
+                       "score_reference_gflops_per_s": round(score / 1e9 / t_ref, 1)})
     if profile:
         from torch.profiler import ProfilerActivity, profile as tprofile
 
@@ -133,6 +160,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=1, help="time the decode and the scoring this many times; "
                    "report the medians (wall and CPU)")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
+    p.add_argument("--no-flops", action="store_true", help="skip the (untimed) FLOP-counting passes")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from nmt_toolkit import registry
@@ -156,7 +184,7 @@ def main(argv=None) -> None:
         b = 50 if args.max_len_b is None else args.max_len_b
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
                                           **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
-                                                args.early_stop, args.repeats)}
+                                                args.early_stop, args.repeats, not args.no_flops)}
     else:
         with tempfile.TemporaryDirectory() as tmp:
             codec = build_codec(data, tmp)
@@ -172,7 +200,7 @@ def main(argv=None) -> None:
             model = random_model(arch, d)
             report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
                                       **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop,
-                                                args.repeats)}
+                                                args.repeats, not args.no_flops)}
     print(json.dumps(report))
 
 
