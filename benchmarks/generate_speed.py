@@ -92,7 +92,7 @@ def count_flops(gen, batches, targets):
 
 
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
-          early_stop: str = "bound", repeats: int = 1, count: bool = True):
+          early_stop: str = "bound", repeats: int = 1, with_flops: bool = True):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
 
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
@@ -121,7 +121,7 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
         refs.append(time.perf_counter() - t0)
         ref_cpus.append(time.process_time() - c0)
     t_ref, cpu_ref = statistics.median(refs), statistics.median(ref_cpus)
-    flops = count_flops(gen, batches, targets) if count else None
+    flops = count_flops(gen, batches, targets) if with_flops else None
     result = {"sentences_per_s": round(n_sent / t_gen, 2), "target_tokens_per_s": round(n_tok / t_gen, 1),
               "seconds": round(t_gen, 2),
               "cpu_seconds": round(cpu_gen, 2), "sentences_per_cpu_s": round(n_sent / cpu_gen, 2), "score_reference_seconds": round(t_ref, 3),

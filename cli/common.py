@@ -45,16 +45,14 @@ def spread_values(args: Sequence[str], flag: str) -> list[str]:
     click options take one value each; this keeps the fairseq spelling working for repeatable options.
     Values run until the next token that starts with ``-``."""
     out: list[str] = []
-    current = False
+    in_flag = has_value = False
     for token in args:
-        if token == flag:
-            current = True
-            out.append(token)
-            continue
-        if current and not token.startswith("-") and out[-1] != flag:
-            out.extend([flag, token])
-            continue
-        current = current and not token.startswith("-")
+        if token.startswith("-"):
+            in_flag, has_value = token == flag, False
+        elif in_flag:
+            if has_value:
+                out.append(flag)
+            has_value = True
         out.append(token)
     return out
 

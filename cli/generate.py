@@ -155,8 +155,7 @@ def generate(configs: dict) -> int:
     if io.attention_plot:  # a wrong layer or head is reported before decoding, not after
         from nmt_toolkit.generation.attention_maps import attention_module
 
-        first = generator.model.models[0] if hasattr(generator.model, "models") else generator.model
-        heads = attention_module(first, io.attention_plot_kind, io.attention_plot_layer).num_heads
+        heads = attention_module(generator.model.models[0], io.attention_plot_kind, io.attention_plot_layer).num_heads
         if io.attention_plot_head >= heads:
             raise UsageError(f"--attention-plot-head {io.attention_plot_head}: the model has {heads} heads "
                              f"(0..{heads - 1}, or -1 for their mean)")
@@ -213,9 +212,8 @@ def generate(configs: dict) -> int:
     if plots:
         from nmt_toolkit.generation.output import plot_attention
 
-        plot_attention(generator.model.models[0] if hasattr(generator.model, "models") else generator.model,
-                       plots, task.src_dict, task.tgt_dict, io.attention_plot, io.attention_plot_kind,
-                       io.attention_plot_layer, io.attention_plot_head)
+        plot_attention(generator.model.models[0], plots, task.src_dict, task.tgt_dict, io.attention_plot,
+                       io.attention_plot_kind, io.attention_plot_layer, io.attention_plot_head)
     if refs_by_id:
         from nmt_toolkit.scoring.bleu import corpus_scores
 

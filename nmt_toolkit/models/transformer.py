@@ -146,15 +146,14 @@ class TransformerDecoder(nn.Module):
                 incremental_state: Optional[dict] = None, need_attn: bool = False):
         if incremental_state is not None:  # only the newest position is computed
             return self.forward_step(prev_output_tokens, encoder_out, incremental_state, need_attn)
-        offset = 0
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
-        if enc_mask is not None and not incremental_state and not bool(enc_mask.any()):  # once per source
+        if enc_mask is not None and not bool(enc_mask.any()):  # once per source
             enc_mask = None
-        x = self.embed(prev_output_tokens, offset)
+        x = self.embed(prev_output_tokens)
         attn = None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x, layer_attn = layer(x, enc, enc_mask, incremental_state, need_attn=need_attn and i == last)
+            x, layer_attn = layer(x, enc, enc_mask, need_attn=need_attn and i == last)
             if layer_attn is not None:
                 attn = layer_attn.mean(dim=1)  # average over heads: [B, T, S]
         if self.layer_norm is not None:
@@ -170,13 +169,7 @@ class TransformerDecoder(nn.Module):
         rows grouped by sentence (the beam search's layout; the encoder–decoder keys/values are then never
         copied per beam). Works on 2-D ``[N, D]`` activations throughout.
         """
-        offset = prev_output_tokens.size(1) - 1
-        tokens = prev_output_tokens[:, -1]
-        embed = self.embed
-        x = embed.embed_tokens(tokens)
-        if embed.embed_scale != 1.0:
-            x = x * embed.embed_scale
-        x = x + embed.embed_positions(1, offset, dtype=x.dtype)
+        x = self.embed(prev_output_tokens[:, -1:], offset=prev_output_tokens.size(1) - 1).squeeze(1)
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
         attn = None
         last = len(self.layers) - 1

@@ -159,27 +159,27 @@ class MultiheadAttention(nn.Module):
 
     def _append(self, state: dict, k: torch.Tensor, v: torch.Tensor):
         """Write this step's keys/values into the preallocated cache; return views of the filled part."""
-        entry = state.get(self.state_key)
         new = k.size(2)
-        if entry is None:
-            cap = max(16, new)
-            bsz = k.size(0)
-            entry = {"k": k.new_empty(bsz, self.num_heads, cap, self.key_dim),
-                     "v": v.new_empty(bsz, self.num_heads, cap, self.value_dim), "len": 0}
-            state[self.state_key] = entry
+        entry = self._cache_with_room(state, k.size(0), new, k)
         length = entry["len"]
-        if length + new > entry["k"].size(2):
-            cap = max(2 * entry["k"].size(2), length + new)
-            for name in ("k", "v"):
-                old = entry[name]
-                grown = old.new_empty(old.size(0), old.size(1), cap, old.size(3))
-                grown[:, :, :length] = old[:, :, :length]
-                entry[name] = grown
         entry["k"][:, :, length:length + new] = k
         entry["v"][:, :, length:length + new] = v
         entry["len"] = length + new
         return entry["k"][:, :, :length + new], entry["v"][:, :, :length + new]
 
+
+    def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor) -> dict:
+        """This module's self-attention cache entry, created (capacity ``state["_capacity"]``, else 16) or
+        grown by doubling so that ``new`` more positions fit."""
+        entry = state.get(self.state_key)
+        if entry is None:
+            cap = max(int(state.get("_capacity", 16)), new, 1)
+            entry = {"k": like.new_empty(rows, self.num_heads, cap, self.key_dim),
+                     "v": like.new_empty(rows, self.num_heads, cap, self.value_dim), "len": 0}
+            state[self.state_key] = entry
+        elif entry["len"] + new > entry["k"].size(2):
+            _grow(entry, max(2 * entry["k"].size(2), entry["len"] + new))
+        return entry
 
     # ------------------------------------------------------------------ one decoding step (inference only)
     # These methods serve incremental decoding only (the decoder's ``forward_step``); the training forward
@@ -192,15 +192,8 @@ class MultiheadAttention(nn.Module):
         hk, _, hv = self._split
         h = self.num_heads
         qkv = F.linear(x, self.in_proj.weight, self.in_proj.bias)
-        entry = state.get(self.state_key)
-        if entry is None:
-            cap = max(int(state.get("_capacity", 16)), 1)
-            entry = {"k": qkv.new_empty(n, h, cap, self.key_dim), "v": qkv.new_empty(n, h, cap, self.value_dim),
-                     "len": 0}
-            state[self.state_key] = entry
+        entry = self._cache_with_room(state, n, 1, qkv)
         length = entry["len"]
-        if length + 1 > entry["k"].size(2):
-            _grow(entry, max(2 * entry["k"].size(2), length + 1))
         kc, vc = entry["k"], entry["v"]
         kc[:, :, length].copy_(qkv[:, hk:2 * hk].view(n, h, self.key_dim))
         vc[:, :, length].copy_(qkv[:, 2 * hk:].view(n, h, self.value_dim))
