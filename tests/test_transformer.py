@@ -86,6 +86,48 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
     assert (torch.cat(steps, 1) - full_r[:, 8:]).abs().max() <= 1e-5
 
 
+def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking():
+    """The beam search's layout (keys never move; an ancestry mask) against one cache row per beam."""
+    from nmt_toolkit.generation.beam_search import _compacting_order
+
+    model = _model(key_dim=6, value_dim=10)
+    k, n = 3, 5
+    src = _tokens(n, 7)
+    src[2, 4:] = PAD
+    enc_sent = model.forward_encoder(src, None)  # one row per sentence (beam layout)
+    enc_rows = enc_sent  # one row per decoder row (per-row layout)
+    beam_state = {"_beam": k, "_sentences": n, "_capacity": 3}  # a small capacity: the caches grow
+    row_state = {"_capacity": 3}
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.full((n, 1), EOS)
+    width, live, shrunk = 1, n, 0
+    with torch.inference_mode():
+        for step in range(9):
+            a = model.decoder.forward_step(tokens, enc_sent, beam_state)[0].clone()
+            b = model.decoder.forward_step(tokens, enc_rows, row_state)[0]
+            assert (a - b).abs().max() <= 1e-5, step
+            parents = torch.randint(0, width, (live, k), generator=gen)
+            keep = None
+            if step in (3, 6):  # sentences 1 (and later another) leave the batch
+                done = torch.zeros(live, dtype=torch.bool)
+                done[1] = True
+                keep = _compacting_order(done)
+                parents = parents[keep]
+                shrunk += 1
+            sent = keep if keep is not None else torch.arange(live)
+            new_order = (sent.unsqueeze(1) * width + parents).view(-1)
+            model.reorder_incremental_state(beam_state, new_order, sentence_order=keep, per_sentence=True)
+            model.reorder_incremental_state(row_state, new_order)
+            if keep is not None:
+                enc_sent = model.reorder_encoder_out(enc_sent, keep)
+            enc_rows = model.reorder_encoder_out(enc_rows, new_order)
+            live, width = sent.numel(), k
+            tokens = torch.cat([tokens.index_select(0, new_order),
+                                torch.randint(3, 40, (live * k, 1), generator=gen)], 1)
+    assert shrunk == 2 and live == n - 2
+    assert beam_state[next(key for key, e in beam_state.items() if isinstance(e, dict) and "len" in e)]["k"].size(2) > 3
+
+
 def test_shared_embeddings_are_one_parameter():
     model = _model(share_all_embeddings=True)
     w = model.encoder.embed.embed_tokens.weight

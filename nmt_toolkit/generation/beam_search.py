@@ -7,9 +7,10 @@ the encoder–decoder keys/values are kept once per *sentence* (models that decl
 Each step: log_softmax (fp32) of the last position → top ``2*beam`` over beam×V per sentence (twice the
 beam, so that ``beam`` non-EOS candidates remain when some end; computed as the top ``2*beam`` of each row
 plus its cumulative score, then of the sentence's rows) → the EOS candidates among the first ``beam`` are
-*finalized* → the first ``beam`` non-EOS candidates continue → one ``index_select`` per self-attention
-cache reorders the incremental state (the same index also drops the sentences that are done, so the batch
-shrinks as sentences finish; only then are the per-sentence encoder tensors indexed).
+*finalized* → the first ``beam`` non-EOS candidates continue → the incremental state follows them (in the
+beam layout of modules/attention.py only an ancestry table changes) and the sentences that are done leave
+the batch (the last active sentences take their places, so that few caches move; only then are the
+per-sentence encoder tensors indexed).
 
 Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
 ``sum log p(y_t | y_<t, x) / lp(|Y|)`` with the GNMT length penalty ``lp(n) = ((5 + n) / 6) ** alpha``
@@ -73,6 +74,19 @@ def _row_topk(x: torch.Tensor, kk: int):
     idx = (groups.unsqueeze(2) + torch.arange(0, width, m, device=x.device)).view(rows, kk * c)
     values, j = x.gather(1, idx).topk(kk, dim=1)
     return values, idx.gather(1, j)
+
+
+def _compacting_order(done: torch.Tensor) -> torch.Tensor:
+    """The sentences that stay, as indices into the current ones: the first ``m`` places (``m`` = how many
+    stay) keep their sentence where it is still active, and the places freed there take the active
+    sentences from behind. Only those move, so a cache laid out by sentence copies few of them (see the
+    beam layout in modules/attention.py); the order of sentences means nothing to the search itself."""
+    m = int((~done).sum())
+    keep = torch.arange(m, device=done.device)
+    holes = done[:m].nonzero().squeeze(1)
+    if holes.numel():
+        keep[holes] = (~done[m:]).nonzero().squeeze(1) + m
+    return keep
 
 
 class SequenceGenerator:
@@ -147,7 +161,9 @@ class SequenceGenerator:
         width = 1 if not self.sampling else k
         if width == k and not per_sentence:
             encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
-        states: list[dict] = [{"_capacity": steps + 1} for _ in model.models]
+        # the beam layout of the self-attention caches (modules/attention.py) needs rows grouped by sentence
+        beam_layout = {"_beam": k, "_sentences": bsz} if per_sentence and k > 1 else {}
+        states: list[dict] = [{"_capacity": steps + 1, **beam_layout} for _ in model.models]
 
         tokens = torch.full((bsz * width, steps + 2), pad, dtype=torch.long, device=dev)
         tokens[:, 0] = eos
@@ -224,7 +240,8 @@ class SequenceGenerator:
             done = self._done(fin, sent_ids, act_scores, sent_max, step)
             keep = None
             if bool(done.any()):
-                keep = (~done).nonzero().squeeze(1)
+                # sampling keeps the sentence order: its random draws are taken row by row
+                keep = (~done).nonzero().squeeze(1) if self.sampling else _compacting_order(done)
                 if keep.numel() == 0:
                     break
                 act_scores, act_rows, act_tokens = act_scores[keep], act_rows[keep], act_tokens[keep]

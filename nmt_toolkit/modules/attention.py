@@ -6,18 +6,28 @@ Tensors are batch-first: queries ``[B, T, D]``, keys/values ``[B, S, D]``. Heads
 Incremental state (a plain dict owned by the caller, shared by all layers of one model; each attention
 module stores one entry under its own ``state_key``):
 
-- self-attention: ``{"k": [B, H, capacity, d_k], "v": [B, H, capacity, d_v], "len": int}`` — preallocated
-  buffers (capacity ``state["_capacity"]`` when the caller sets it, else 16) that grow by doubling; one step
-  writes one column, so a sentence of T steps costs O(T) copies; ``spare_k``/``spare_v`` are the buffers a
-  reorder writes into next (double buffering: no allocation per step);
+- self-attention: ``{"k": [S, H, capacity, beam, d_k], "v": [S, H, capacity, beam, d_v], "len": int}`` —
+  preallocated buffers (capacity ``state["_capacity"]`` when the caller sets it, else 16) that grow by
+  doubling; one step writes one position, so a sentence of T steps costs O(T) copies. Without
+  ``state["_beam"]`` every decoder row is its own line (``S`` = rows, ``beam`` = 1) and a reorder copies the
+  filled part of the cache into a reused spare buffer (double buffering: no allocation per step);
+- *beam layout* (``state["_beam"] = k`` and ``state["_sentences"] = n``, set by a beam search whose rows
+  are grouped by sentence, ``k`` per sentence): the ``k`` beams of a sentence write their keys side by side
+  (``[.., position, beam, d]``) and never move. Which slot holds a row's key at each earlier position is
+  the row's *ancestry*, ``state["_ancestry"]`` ``[S, k, capacity]``; a reorder rewrites that small integer
+  table instead of copying keys and values, and a row attends to all ``k * len`` keys of its sentence with
+  the other lines masked out (one ``[k, d] x [d, k * len]`` product per sentence and head instead of ``k``
+  thin ones). Only when sentences leave the batch are keys copied: those of the last live sentences, into
+  the slots freed at the front (the search keeps its sentences in that same order);
 - encoder–decoder attention: ``{"k": [B, H, S, d_k], "v": [B, H, S, d_v], "mask": [B, S] bool or None,
   "keep": [B, 1, 1, S] bool or None}``, computed once from the encoder output at the first step (``mask`` is
   True at padded source positions, ``keep`` its negation as SDPA takes it). On the decoding-step path
   (:meth:`MultiheadAttention.step_cross`) B counts *sentences*: the beams of a sentence share one entry
-  (``"sentence_level": True``) and are its query-length axis.
+  (``"sentence_level": True``, keys stored transposed as ``"kt"``, padding as an additive ``"bias"``) and
+  are its query-length axis.
 
-:func:`reorder_state` applies a beam reordering (``index_select`` on the batch dimension, of the filled
-part of self-attention caches only) to every entry; sentence-level entries follow the kept sentences.
+:func:`reorder_state` applies a beam reordering to every entry; sentence-level entries follow the kept
+sentences.
 """
 from __future__ import annotations
 
@@ -160,22 +170,25 @@ class MultiheadAttention(nn.Module):
     def _append(self, state: dict, k: torch.Tensor, v: torch.Tensor):
         """Write this step's keys/values into the preallocated cache; return views of the filled part."""
         new = k.size(2)
-        entry = self._cache_with_room(state, k.size(0), new, k)
+        if int(state.get("_beam", 1)) > 1:
+            raise ValueError("a beam-layout incremental state serves forward_step only (see the module docstring)")
+        entry = self._cache_with_room(state, k.size(0), new, k, beam=1)
         length = entry["len"]
-        entry["k"][:, :, length:length + new] = k
-        entry["v"][:, :, length:length + new] = v
+        kc, vc = entry["k"][:, :, :, 0], entry["v"][:, :, :, 0]
+        kc[:, :, length:length + new] = k
+        vc[:, :, length:length + new] = v
         entry["len"] = length + new
-        return entry["k"][:, :, :length + new], entry["v"][:, :, :length + new]
+        return kc[:, :, :length + new], vc[:, :, :length + new]
 
 
-    def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor) -> dict:
+    def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor, beam: int) -> dict:
         """This module's self-attention cache entry, created (capacity ``state["_capacity"]``, else 16) or
         grown by doubling so that ``new`` more positions fit."""
         entry = state.get(self.state_key)
         if entry is None:
             cap = max(int(state.get("_capacity", 16)), new, 1)
-            entry = {"k": like.new_empty(rows, self.num_heads, cap, self.key_dim),
-                     "v": like.new_empty(rows, self.num_heads, cap, self.value_dim), "len": 0}
+            entry = {"k": like.new_empty(rows, self.num_heads, cap, beam, self.key_dim),
+                     "v": like.new_empty(rows, self.num_heads, cap, beam, self.value_dim), "len": 0}
             state[self.state_key] = entry
         elif entry["len"] + new > entry["k"].size(2):
             _grow(entry, max(2 * entry["k"].size(2), entry["len"] + new))
@@ -187,23 +200,39 @@ class MultiheadAttention(nn.Module):
     # projection a plain addmm and avoids layout copies.
 
     def step_self(self, x: torch.Tensor, state: dict) -> torch.Tensor:
-        """Self-attention of one new position per row ``x`` [N, D] over the cache (which it extends)."""
-        n = x.size(0)
+        """Self-attention of one new position per row ``x`` [N, D] over the cache (which it extends).
+
+        In the beam layout (module docstring) the ``N = n * w`` rows are the ``w`` beams of ``n`` sentences and
+        each attends to its own line through the ancestry mask; otherwise every row is a sentence of its own."""
+        rows = x.size(0)
         hk, _, hv = self._split
-        h = self.num_heads
+        h, dk, dv = self.num_heads, self.key_dim, self.value_dim
+        beam = int(state.get("_beam", 1))
+        sents = int(state["_sentences"]) if beam > 1 else rows
+        w = rows // sents
         qkv = F.linear(x, self.in_proj.weight, self.in_proj.bias)
-        entry = self._cache_with_room(state, n, 1, qkv)
-        length = entry["len"]
-        kc, vc = entry["k"], entry["v"]
-        kc[:, :, length].copy_(qkv[:, hk:2 * hk].view(n, h, self.key_dim))
-        vc[:, :, length].copy_(qkv[:, 2 * hk:].view(n, h, self.value_dim))
-        length += 1
-        entry["len"] = length
-        q = qkv[:, :hk].view(n, h, 1, self.key_dim)
-        scores = torch.matmul(q, kc[:, :, :length].transpose(2, 3))  # [N, H, 1, L]
-        probs = torch.softmax(scores.float().mul_(self.scaling), dim=-1).to(vc.dtype)
-        out = torch.matmul(probs, vc[:, :, :length])  # [N, H, 1, dv]
-        return F.linear(out.view(n, hv), self.out_proj.weight, self.out_proj.bias)
+        entry = self._cache_with_room(state, sents, 1, qkv, beam)
+        pos = entry["len"]
+        kc, vc = entry["k"][:sents], entry["v"][:sents]
+        kc[:, :, pos, :w].copy_(qkv[:, hk:2 * hk].view(sents, w, h, dk).transpose(1, 2))
+        vc[:, :, pos, :w].copy_(qkv[:, 2 * hk:].view(sents, w, h, dv).transpose(1, 2))
+        if w < beam:  # slots no row writes still enter the products (with weight 0, which must not meet a NaN)
+            kc[:, :, pos, w:].zero_()
+            vc[:, :, pos, w:].zero_()
+        entry["len"] = pos + 1
+        width = (pos + 1) * beam
+        keys = kc[:, :, :pos + 1].reshape(sents * h, width, dk)  # views: no copy
+        values = vc[:, :, :pos + 1].reshape(sents * h, width, dv)
+        q = qkv[:, :hk].view(sents, w, h, dk).transpose(1, 2).reshape(sents * h, w, dk)
+        if beam > 1:  # other lines' keys get -inf
+            bias = _foreign_keys(state, sents, w, pos, entry["k"].size(2), h, qkv)
+            scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)
+        else:
+            scores = torch.bmm(q, keys.transpose(1, 2)).mul_(self.scaling)
+        probs = torch.softmax(scores.float(), dim=-1).to(vc.dtype)
+        out = torch.bmm(probs, values)  # [n*H, w, dv]
+        out = out.view(sents, h, w, dv).transpose(1, 2).reshape(rows, hv)
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
 
     def step_cross(self, x: torch.Tensor, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor],
                    state: dict, need_weights: bool = False):
@@ -218,44 +247,107 @@ class MultiheadAttention(nn.Module):
         if entry is None:
             entry = self._cross_entry(encoder_out, key_padding_mask)
             state[self.state_key] = entry
-        k, v = entry["k"], entry["v"]
-        sents = k.size(0)
+        kt, v, bias = entry["kt"], entry["v"], entry["bias"]
+        sents, h, dk, src_len = kt.shape
         rows = x.size(0)
         w = rows // sents
-        hk, _, hv = self._split
-        h = self.num_heads
-        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).view(sents, w, h, self.key_dim).transpose(1, 2)
-        probs = None
-        if need_weights:
-            scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scaling  # [n, H, w, S]
-            if entry["mask"] is not None:
-                scores = scores.masked_fill(entry["mask"][:, None, None, :], float("-inf"))
-            probs = torch.softmax(scores, dim=-1)
-            out = torch.matmul(probs.to(v.dtype), v)
-            probs = probs.transpose(1, 2).reshape(rows, h, 1, -1)
+        hv = self._split[2]
+        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).view(sents, w, h, dk).transpose(1, 2)
+        q = q.reshape(sents * h, w, dk)
+        kt = kt.view(sents * h, dk, src_len)
+        if bias is None:
+            scores = torch.bmm(q, kt).mul_(self.scaling)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=entry["keep"], scale=self.scaling)
-        out = out.transpose(1, 2).reshape(rows, hv)  # [n, w, H, dv]: a view for SDPA's CPU layout
+            scores = torch.baddbmm(bias.expand(sents, h, w, src_len).reshape(sents * h, w, src_len), q, kt,
+                                   alpha=self.scaling)
+        probs = torch.softmax(scores.float(), dim=-1)
+        out = torch.bmm(probs.to(v.dtype), v.view(sents * h, src_len, -1))  # [n*H, w, dv]
+        out = out.view(sents, h, w, -1).transpose(1, 2).reshape(rows, hv)
+        if need_weights:
+            probs = probs.view(sents, h, w, src_len).transpose(1, 2).reshape(rows, h, 1, src_len)
+        else:
+            probs = None
         return F.linear(out, self.out_proj.weight, self.out_proj.bias), probs
 
     def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor]) -> dict:
+        """Per sentence: keys stored transposed (``kt`` [n, H, d_k, S]) and values contiguous (``v`` [n, H, S,
+        d_v]), the layouts batched matrix products take without copies, and the padding as an additive
+        ``bias`` [n, 1, 1, S] (0 or -inf; None without padding). At a beam step the attention is three small
+        batched products (SDPA's CPU kernel costs about twice as much at these shapes)."""
         k, v = self._project_kv(encoder_out)
         mask = key_padding_mask
-        if mask is not None and not bool(mask.any()):
-            mask = None
-        keep = None if mask is None else ~mask[:, None, None, :]
-        return {"k": k, "v": v, "mask": mask, "keep": keep, "sentence_level": True}
+        bias = None
+        if mask is not None and bool(mask.any()):
+            bias = torch.zeros(mask.shape, dtype=k.dtype, device=k.device).masked_fill_(mask, float("-inf"))
+            bias = bias[:, None, None, :]
+        return {"kt": k.transpose(2, 3).contiguous(), "v": v.contiguous(), "bias": bias, "sentence_level": True}
 
 
 def _grow(entry: dict, cap: int) -> None:
     length = entry["len"]
     for name in ("k", "v"):
         old = entry[name]
-        grown = old.new_empty(old.size(0), old.size(1), cap, old.size(3))
+        grown = old.new_empty((old.size(0), old.size(1), cap) + tuple(old.shape[3:]))
         grown[:, :, :length] = old[:, :, :length]
         entry[name] = grown
     entry.pop("spare_k", None)
     entry.pop("spare_v", None)
+
+
+def _foreign_keys(state: dict, sents: int, w: int, pos: int, cap: int, heads: int, like: torch.Tensor) -> torch.Tensor:
+    """``[n * heads, w, (pos+1) * beam]``: -inf at the keys a row must not see (at every position, those of
+    the slots that do not hold its ancestor's key), 0 elsewhere; added to the scores. Built once per step
+    (all layers share it); position ``pos`` (written this step) is each row's own slot."""
+    cached = state.get("_ancestry_mask")
+    key = (pos, sents, w, heads, like.dtype)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    beam = int(state["_beam"])
+    anc = state.get("_ancestry")
+    if anc is None or anc.size(2) < cap:
+        grown = torch.zeros(max(sents, 0 if anc is None else anc.size(0)), beam, cap, dtype=torch.long,
+                            device=like.device)
+        if anc is not None:
+            grown[:, :, : anc.size(2)] = anc
+        anc = state["_ancestry"] = grown
+    anc[:sents, :w, pos] = torch.arange(w, device=anc.device)
+    foreign = anc[:sents, :w, : pos + 1].unsqueeze(3) != torch.arange(beam, device=anc.device)
+    bias = like.new_zeros(foreign.shape).masked_fill_(foreign, float("-inf"))
+    bias = bias.view(sents, 1, w, (pos + 1) * beam).expand(sents, heads, w, (pos + 1) * beam)
+    bias = bias.reshape(sents * heads, w, (pos + 1) * beam)
+    state["_ancestry_mask"] = (key, bias)
+    state["_ancestry_len"], state["_width"] = pos + 1, w
+    return bias
+
+
+def _reorder_beams(state: dict, new_order: torch.Tensor, sentence_order: Optional[torch.Tensor]) -> None:
+    """A beam reorder in the beam layout: new row ``j`` (sentence ``j // k``) continues row ``new_order[j]``
+    (a row of the previous step, whose sentence is ``sentence_order[j // k]``, or ``j // k`` when no
+    sentence left). The ancestry table takes the parent's line; keys move only for sentences that change
+    slot (see the module docstring), and only their filled part."""
+    beam = int(state["_beam"])
+    n_new = new_order.numel() // beam
+    dev = new_order.device
+    if "_ancestry" in state:
+        length, width = state["_ancestry_len"], state["_width"]
+        parent_beam = (new_order % width).view(n_new, beam)
+        src = sentence_order if sentence_order is not None else torch.arange(n_new, device=dev)
+        anc = state["_ancestry"]
+        anc[:n_new, :, :length] = anc[src.unsqueeze(1), parent_beam, :length]
+    state.pop("_ancestry_mask", None)
+    state["_sentences"] = n_new
+    if sentence_order is None:
+        return
+    moved = (sentence_order != torch.arange(n_new, device=dev)).nonzero().squeeze(1)
+    if moved.numel() == 0:
+        return
+    src = sentence_order[moved]
+    for entry in state.values():
+        if isinstance(entry, dict) and "len" in entry:
+            length = entry["len"]
+            for name in ("k", "v"):
+                buf = entry[name]
+                buf[moved, :, :length] = buf[src, :, :length]
 
 
 def _causal_keep(tgt_len: int, src_len: int, device) -> torch.Tensor:
@@ -268,14 +360,22 @@ def reorder_state(state: dict, new_order: torch.Tensor, sentence_order: Optional
     """Reorder every cached tensor of an incremental state along the batch dimension (beam search).
 
     Self-attention caches follow ``new_order`` (only their filled part is copied, into a reused spare
-    buffer). Encoder–decoder entries follow ``new_order`` too, unless ``per_sentence``: then they hold one
-    row per sentence (see :meth:`MultiheadAttention.step_cross`) and follow ``sentence_order`` (the kept
-    sentences), or stay as they are when it is None.
+    buffer; in the beam layout only the ancestry table changes, see the module docstring). Encoder–decoder
+    entries follow ``new_order`` too, unless ``per_sentence``: then they hold one row per sentence (see
+    :meth:`MultiheadAttention.step_cross`) and follow ``sentence_order`` (the kept sentences), or stay as
+    they are when it is None.
     """
+    beam_layout = int(state.get("_beam", 1)) > 1
+    if beam_layout:
+        if not per_sentence:
+            raise ValueError("a beam-layout incremental state reorders by sentence (per_sentence=True)")
+        _reorder_beams(state, new_order, sentence_order)
     for entry in state.values():
         if not isinstance(entry, dict):
             continue
         if "len" in entry:  # a self-attention cache
+            if beam_layout:
+                continue
             length = entry["len"]
             for name in ("k", "v"):
                 buf = entry[name]
