@@ -1,6 +1,6 @@
 """Beam-search speed on real sentences: sentences/s and target tokens/s, and the ratio to --score-reference.
 
-    python benchmarks/generate_speed.py [--sentences 1000] [--batch-size 64] [--beam 4] [--threads 2]
+    python benchmarks/generate_speed.py [--sentences 1000] [--max-tokens 4096 | --batch-size 64] [--beam 4] [--threads 2]
                                         [--archs transformer_small,transformer_base] [--checkpoint ck.pt --data DIR]
                                         [--repeats 3] [--profile]
 
@@ -10,8 +10,9 @@ the named architectures (``transformer_small`` = 3+3 layers, 256/1024/4 heads; `
 ``--checkpoint`` gives a trained one. A random model never chooses EOS, so its hypotheses would all run to
 the maximum length; the benchmark therefore decodes with max length = source length (``--max-len-a 1
 --max-len-b 0``), which matches the length of real German outputs of English sources closely, and reports
-tokens/s next to sentences/s. Batches are length-sorted, ``--batch-size`` sentences each (fairseq's
-``--batch-size``). Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
+tokens/s next to sentences/s. Batches are length-sorted and cut as nmt-generate cuts them: by default at
+4,096 padded source tokens (its default ``--max-tokens``), or at ``--batch-size`` sentences (fairseq's
+``--batch-size``); the scoring pass uses the same batches. Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
 threads) stay meaningful on a machine shared with other jobs, where wall-clock numbers do not; with
 ``--repeats N`` every timing is the median of N runs, and ``cpu_ratio_to_score_reference`` compares CPU times.
 ``flop_ratio_to_score_reference`` (matrix-multiply FLOPs counted by torch, untimed passes) is the time ratio
@@ -49,14 +50,20 @@ def build_codec(data: pathlib.Path, folder: str):
     return load_codec("sentencepiece", prefix + ".model")
 
 
-def make_batches(src_ids, batch_size: int, pad: int):
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+def make_batches(src_ids, pad: int, batch_size=None, max_tokens=None):
+    """Length-sorted batches as nmt-generate makes them: at most ``batch_size`` sentences and at most
+    ``max_tokens`` padded source tokens each (either budget may be None)."""
+    import numpy as np
+
+    from nmt_toolkit.data.batching import batch_by_size
+
+    lengths_all = np.array([len(ids) for ids in src_ids], dtype=np.int64)
+    order = np.argsort(lengths_all, kind="stable")
     batches = []
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        lengths = torch.tensor([len(src_ids[i]) for i in idx])
+    for idx in batch_by_size(order, lengths_all, max_tokens, batch_size):
+        lengths = torch.as_tensor(lengths_all[idx])
         src = torch.full((len(idx), int(lengths.max())), pad, dtype=torch.long)
-        for row, i in enumerate(idx):
+        for row, i in enumerate(idx.tolist()):
             src[row, : len(src_ids[i])] = torch.as_tensor(src_ids[i], dtype=torch.long)
         batches.append((src, lengths))
     return batches
@@ -148,7 +155,9 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (fairseq's --batch-size)")
+    p.add_argument("--max-tokens", type=int, default=None, help="padded source tokens per batch; without either "
+                   "option, 4096 (nmt-generate's default batching)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--archs", default="transformer_small,transformer_base")
@@ -162,6 +171,8 @@ def main(argv=None) -> None:
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
     p.add_argument("--no-flops", action="store_true", help="skip the (untimed) FLOP-counting passes")
     args = p.parse_args(argv)
+    if args.batch_size is None and args.max_tokens is None:
+        args.max_tokens = 4096
     torch.set_num_threads(args.threads)
     from nmt_toolkit import registry
     from nmt_toolkit.data.dictionary import Dictionary
@@ -169,6 +180,7 @@ def main(argv=None) -> None:
     registry.import_builtin_components()
     data, lines = load_sentences(args.sentences)
     report = {"benchmark": "generate_speed", "beam": args.beam, "batch_size": args.batch_size,
+              "max_tokens": args.max_tokens,
               "threads": torch.get_num_threads(), "device": "cpu", "early_stop": args.early_stop,
               "load_average_1min": round(os.getloadavg()[0], 2), "sentences": len(lines), "models": {}}
     if args.checkpoint:
@@ -179,7 +191,7 @@ def main(argv=None) -> None:
         models, _ = load_ensemble([args.checkpoint], task.src_dict, task.tgt_dict)
         codec = task.subword()
         ids = [task.src_dict.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
-        batches = make_batches(ids, args.batch_size, task.src_dict.pad())
+        batches = make_batches(ids, task.src_dict.pad(), args.batch_size, args.max_tokens)
         a = 1.0 if args.max_len_a is None else args.max_len_a
         b = 50 if args.max_len_b is None else args.max_len_b
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
@@ -193,7 +205,7 @@ def main(argv=None) -> None:
             d.add_symbol(codec.sp.id_to_piece(i))
         d.pad_to_multiple_(8)
         ids = [d.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
-        batches = make_batches(ids, args.batch_size, d.pad())
+        batches = make_batches(ids, d.pad(), args.batch_size, args.max_tokens)
         a = 1.0 if args.max_len_a is None else args.max_len_a
         b = 0 if args.max_len_b is None else args.max_len_b
         for arch in args.archs.split(","):
