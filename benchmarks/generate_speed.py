@@ -2,7 +2,7 @@
 
     python benchmarks/generate_speed.py [--sentences 1000] [--max-tokens 4096 | --batch-size 64] [--beam 4] [--threads 2]
                                         [--archs transformer_small,transformer_base] [--checkpoint ck.pt --data DIR]
-                                        [--repeats 3] [--profile]
+                                        [--repeats 3] [--decode-workers N] [--profile]
 
 Source sentences: the Multi30k 2016 test set of ../shared/data (NMT_TOOLKIT_TEST_DATA), encoded through a joint
 sentencepiece model (8k) learned by the preprocess library in a temporary folder. Models: random weights of
@@ -99,8 +99,9 @@ def count_flops(gen, batches, targets):
 
 
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
-          early_stop: str = "bound", repeats: int = 1, with_flops: bool = True):
+          early_stop: str = "bound", repeats: int = 1, with_flops: bool = True, workers: int = 1):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.generation.parallel import decode_batches
 
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
                             early_stop=early_stop)
@@ -110,8 +111,8 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
         outputs = []
         c0 = time.process_time()
         t0 = time.perf_counter()
-        for src, lengths in batches:
-            outputs.append(gen.generate(src, lengths))
+        for _, out in decode_batches(batches, lambda b: gen.generate(*b), workers):
+            outputs.append(out)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     t_gen, cpu_gen = statistics.median(walls), statistics.median(cpus)
@@ -123,8 +124,8 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
     for _ in range(max(1, repeats)):
         c0 = time.process_time()
         t0 = time.perf_counter()
-        for (src, lengths), tgt in zip(batches, targets):
-            gen.score_reference(src, lengths, tgt)
+        for _ in decode_batches(list(zip(batches, targets)), lambda b: gen.score_reference(*b[0], b[1]), workers):
+            pass
         refs.append(time.perf_counter() - t0)
         ref_cpus.append(time.process_time() - c0)
     t_ref, cpu_ref = statistics.median(refs), statistics.median(ref_cpus)
@@ -168,6 +169,8 @@ def main(argv=None) -> None:
     p.add_argument("--early-stop", default="bound", choices=("bound", "beam", "never"))
     p.add_argument("--repeats", type=int, default=1, help="time the decode and the scoring this many times; "
                    "report the medians (wall and CPU)")
+    p.add_argument("--decode-workers", type=int, default=1, help="batches decoded (and scored) at once, as "
+                   "nmt-generate --decode-workers")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
     p.add_argument("--no-flops", action="store_true", help="skip the (untimed) FLOP-counting passes")
     args = p.parse_args(argv)
@@ -180,7 +183,7 @@ def main(argv=None) -> None:
     registry.import_builtin_components()
     data, lines = load_sentences(args.sentences)
     report = {"benchmark": "generate_speed", "beam": args.beam, "batch_size": args.batch_size,
-              "max_tokens": args.max_tokens,
+              "max_tokens": args.max_tokens, "decode_workers": args.decode_workers,
               "threads": torch.get_num_threads(), "device": "cpu", "early_stop": args.early_stop,
               "load_average_1min": round(os.getloadavg()[0], 2), "sentences": len(lines), "models": {}}
     if args.checkpoint:
@@ -196,7 +199,8 @@ def main(argv=None) -> None:
         b = 50 if args.max_len_b is None else args.max_len_b
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
                                           **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
-                                                args.early_stop, args.repeats, not args.no_flops)}
+                                                args.early_stop, args.repeats, not args.no_flops,
+                                                args.decode_workers)}
     else:
         with tempfile.TemporaryDirectory() as tmp:
             codec = build_codec(data, tmp)
@@ -212,7 +216,7 @@ def main(argv=None) -> None:
             model = random_model(arch, d)
             report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
                                       **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop,
-                                                args.repeats, not args.no_flops)}
+                                                args.repeats, not args.no_flops, args.decode_workers)}
     print(json.dumps(report))
 
 

@@ -150,3 +150,40 @@ def test_input_file_and_interactive(setup_dir, capsys, tmp_path, monkeypatch):
     rc = inter_cli.run([str(data), "--path", str(ck), "--max-len-b", "3"])
     out, _ = capsys.readouterr()
     assert rc == 0 and [l[:2] for l in out.splitlines()] == ["S-", "H-", "D-", "P-"]
+
+
+def test_decode_workers_print_the_same_lines(setup_dir, capsys):
+    _, data, ck = setup_dir
+    argv = [data, "--path", ck, "--gen-subset", "test", "--beam", "3", "--max-len-b", "6", "--batch-size", "3"]
+    threads = torch.get_num_threads()
+    rc, one, err = _run(capsys, argv)
+    assert rc == 0, err
+    rc, two, err = _run(capsys, argv + ["--decode-workers", "3"])
+    assert rc == 0, err
+    assert two == one  # every line, in input order (8 batches, 3 in flight)
+    assert torch.get_num_threads() == threads  # restored
+    rc, _, err = _run(capsys, argv + ["--decode-workers", "0"])
+    assert rc != 0 and "--decode-workers must be >= 1" in err
+
+
+def test_decode_batches_keeps_order_and_raises_in_the_caller():
+    import time
+
+    from nmt_toolkit.generation.parallel import decode_batches
+
+    def slow_square(x):
+        time.sleep(0.02 * (5 - x))  # later batches finish first
+        return x * x
+
+    assert list(decode_batches(range(5), slow_square, workers=3)) == [(x, x * x) for x in range(5)]
+
+    def fails_on_two(x):
+        if x == 2:
+            raise ValueError("batch 2 is bad")
+        return x
+
+    got = []
+    with pytest.raises(ValueError, match="batch 2 is bad"):
+        for item in decode_batches(range(5), fails_on_two, workers=2):
+            got.append(item)
+    assert got == [(0, 0), (1, 1)]
