@@ -258,8 +258,7 @@ class MultiheadAttention(nn.Module):
         if bias is None:
             scores = torch.bmm(q, kt).mul_(self.scaling)
         else:
-            scores = torch.baddbmm(bias.expand(sents, h, w, src_len).reshape(sents * h, w, src_len), q, kt,
-                                   alpha=self.scaling)
+            scores = torch.baddbmm(bias.view(sents * h, 1, src_len), q, kt, alpha=self.scaling)  # broadcast over w
         probs = torch.softmax(scores.float(), dim=-1)
         out = torch.bmm(probs.to(v.dtype), v.view(sents * h, src_len, -1))  # [n*H, w, dv]
         out = out.view(sents, h, w, -1).transpose(1, 2).reshape(rows, hv)
@@ -272,14 +271,14 @@ class MultiheadAttention(nn.Module):
     def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor]) -> dict:
         """Per sentence: keys stored transposed (``kt`` [n, H, d_k, S]) and values contiguous (``v`` [n, H, S,
         d_v]), the layouts batched matrix products take without copies, and the padding as an additive
-        ``bias`` [n, 1, 1, S] (0 or -inf; None without padding). At a beam step the attention is three small
+        ``bias`` [n, H, 1, S] (0 or -inf, laid out per head once so that every step adds it by broadcasting;
+        None without padding). At a beam step the attention is three small
         batched products (SDPA's CPU kernel costs about twice as much at these shapes)."""
         k, v = self._project_kv(encoder_out)
         mask = key_padding_mask
         bias = None
         if mask is not None and bool(mask.any()):
-            bias = torch.zeros(mask.shape, dtype=k.dtype, device=k.device).masked_fill_(mask, float("-inf"))
-            bias = bias[:, None, None, :]
+            bias = _additive_mask(mask, k)[:, None, None, :].expand(-1, self.num_heads, 1, -1).contiguous()
         return {"kt": k.transpose(2, 3).contiguous(), "v": v.contiguous(), "bias": bias, "sentence_level": True}
 
 
@@ -294,6 +293,11 @@ def _grow(entry: dict, cap: int) -> None:
     entry.pop("spare_v", None)
 
 
+def _additive_mask(blocked: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """-inf where ``blocked`` (bool), 0 elsewhere, in ``like``'s dtype: a mask that attention scores add."""
+    return like.new_zeros(blocked.shape).masked_fill_(blocked, float("-inf"))
+
+
 def _foreign_keys(state: dict, sents: int, w: int, pos: int, cap: int, heads: int, like: torch.Tensor) -> torch.Tensor:
     """``[n * heads, w, (pos+1) * beam]``: -inf at the keys a row must not see (at every position, those of
     the slots that do not hold its ancestor's key), 0 elsewhere; added to the scores. Built once per step
@@ -305,15 +309,14 @@ def _foreign_keys(state: dict, sents: int, w: int, pos: int, cap: int, heads: in
     beam = int(state["_beam"])
     anc = state.get("_ancestry")
     if anc is None or anc.size(2) < cap:
-        grown = torch.zeros(max(sents, 0 if anc is None else anc.size(0)), beam, cap, dtype=torch.long,
-                            device=like.device)
+        rows = sents if anc is None else anc.size(0)  # sentences only ever leave: the first size holds
+        grown = torch.zeros(rows, beam, cap, dtype=torch.long, device=like.device)
         if anc is not None:
             grown[:, :, : anc.size(2)] = anc
         anc = state["_ancestry"] = grown
     anc[:sents, :w, pos] = torch.arange(w, device=anc.device)
     foreign = anc[:sents, :w, : pos + 1].unsqueeze(3) != torch.arange(beam, device=anc.device)
-    bias = like.new_zeros(foreign.shape).masked_fill_(foreign, float("-inf"))
-    bias = bias.view(sents, 1, w, (pos + 1) * beam).expand(sents, heads, w, (pos + 1) * beam)
+    bias = _additive_mask(foreign, like).view(sents, 1, w, (pos + 1) * beam).expand(sents, heads, w, (pos + 1) * beam)
     bias = bias.reshape(sents * heads, w, (pos + 1) * beam)
     state["_ancestry_mask"] = (key, bias)
     state["_ancestry_len"], state["_width"] = pos + 1, w
