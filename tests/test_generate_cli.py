@@ -152,6 +152,21 @@ def test_input_file_and_interactive(setup_dir, capsys, tmp_path, monkeypatch):
     assert rc == 0 and [l[:2] for l in out.splitlines()] == ["S-", "H-", "D-", "P-"]
 
 
+def _assert_same_lines_up_to_rounding(got: str, want: str) -> None:
+    got_lines, want_lines = got.splitlines(), want.splitlines()
+    assert len(got_lines) == len(want_lines)
+    for g, w in zip(got_lines, want_lines):
+        g_fields, w_fields = g.replace("\t", " ").split(" "), w.replace("\t", " ").split(" ")
+        assert len(g_fields) == len(w_fields), (g, w)
+        for a, b in zip(g_fields, w_fields):
+            try:
+                x, y = float(a), float(b)
+            except ValueError:
+                assert a == b, (g, w)
+                continue
+            assert abs(x - y) <= 2e-4 + 1e-6 * abs(y), (g, w)
+
+
 def test_decode_workers_print_the_same_lines(setup_dir, capsys):
     _, data, ck = setup_dir
     argv = [data, "--path", ck, "--gen-subset", "test", "--beam", "3", "--max-len-b", "6", "--batch-size", "3"]
@@ -160,7 +175,9 @@ def test_decode_workers_print_the_same_lines(setup_dir, capsys):
     assert rc == 0, err
     rc, two, err = _run(capsys, argv + ["--decode-workers", "3"])
     assert rc == 0, err
-    assert two == one  # every line, in input order (8 batches, 3 in flight)
+    # every line, in input order (8 batches, 3 in flight); a worker runs on one thread, and a one-thread matrix
+    # product may sum in another order than a two-thread one, so scores agree to float rounding, not bit for bit
+    _assert_same_lines_up_to_rounding(two, one)
     assert torch.get_num_threads() == threads  # restored
     rc, _, err = _run(capsys, argv + ["--decode-workers", "0"])
     assert rc != 0 and "--decode-workers must be >= 1" in err
