@@ -125,7 +125,7 @@ def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking()
             tokens = torch.cat([tokens.index_select(0, new_order),
                                 torch.randint(3, 40, (live * k, 1), generator=gen)], 1)
     assert shrunk == 2 and live == n - 2
-    assert beam_state[next(key for key, e in beam_state.items() if isinstance(e, dict) and "len" in e)]["k"].size(2) > 3
+    assert beam_state[next(key for key, e in beam_state.items() if isinstance(e, dict) and "len" in e)]["v"].size(2) > 3
 
 
 def test_shared_embeddings_are_one_parameter():

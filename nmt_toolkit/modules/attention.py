@@ -6,9 +6,11 @@ Tensors are batch-first: queries ``[B, T, D]``, keys/values ``[B, S, D]``. Heads
 Incremental state (a plain dict owned by the caller, shared by all layers of one model; each attention
 module stores one entry under its own ``state_key``):
 
-- self-attention: ``{"k": [S, H, capacity, beam, d_k], "v": [S, H, capacity, beam, d_v], "len": int}`` —
+- self-attention: ``{"kt": [S, H, d_k, capacity, beam], "v": [S, H, capacity, beam, d_v], "len": int}`` —
   preallocated buffers (capacity ``state["_capacity"]`` when the caller sets it, else 16) that grow by
-  doubling; one step writes one position, so a sentence of T steps costs O(T) copies. Without
+  doubling; one step writes one position, so a sentence of T steps costs O(T) copies. Keys are stored
+  transposed: the filled part is then a ``[d_k, positions]`` matrix per sentence and head, which a batched
+  product reads faster (≈ 20 % on CPU) than the transpose of a ``[positions, d_k]`` one. Without
   ``state["_beam"]`` every decoder row is its own line (``S`` = rows, ``beam`` = 1) and a reorder copies the
   filled part of the cache into a reused spare buffer (double buffering: no allocation per step);
 - *beam layout* (``state["_beam"] = k`` and ``state["_sentences"] = n``, set by a beam search whose rows
@@ -174,11 +176,11 @@ class MultiheadAttention(nn.Module):
             raise ValueError("a beam-layout incremental state serves forward_step only (see the module docstring)")
         entry = self._cache_with_room(state, k.size(0), new, k, beam=1)
         length = entry["len"]
-        kc, vc = entry["k"][:, :, :, 0], entry["v"][:, :, :, 0]
-        kc[:, :, length:length + new] = k
+        ktc, vc = entry["kt"][..., 0], entry["v"][:, :, :, 0]
+        ktc[:, :, :, length:length + new] = k.transpose(2, 3)
         vc[:, :, length:length + new] = v
         entry["len"] = length + new
-        return kc[:, :, :length + new], vc[:, :, :length + new]
+        return ktc[:, :, :, :length + new].transpose(2, 3), vc[:, :, :length + new]
 
 
     def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor, beam: int) -> dict:
@@ -187,11 +189,11 @@ class MultiheadAttention(nn.Module):
         entry = state.get(self.state_key)
         if entry is None:
             cap = max(int(state.get("_capacity", 16)), new, 1)
-            entry = {"k": like.new_empty(rows, self.num_heads, cap, beam, self.key_dim),
+            entry = {"kt": like.new_empty(rows, self.num_heads, self.key_dim, cap, beam),
                      "v": like.new_empty(rows, self.num_heads, cap, beam, self.value_dim), "len": 0}
             state[self.state_key] = entry
-        elif entry["len"] + new > entry["k"].size(2):
-            _grow(entry, max(2 * entry["k"].size(2), entry["len"] + new))
+        elif entry["len"] + new > entry["v"].size(2):
+            _grow(entry, max(2 * entry["v"].size(2), entry["len"] + new))
         return entry
 
     # ------------------------------------------------------------------ one decoding step (inference only)
@@ -213,22 +215,22 @@ class MultiheadAttention(nn.Module):
         qkv = F.linear(x, self.in_proj.weight, self.in_proj.bias)
         entry = self._cache_with_room(state, sents, 1, qkv, beam)
         pos = entry["len"]
-        kc, vc = entry["k"][:sents], entry["v"][:sents]
-        kc[:, :, pos, :w].copy_(qkv[:, hk:2 * hk].view(sents, w, h, dk).transpose(1, 2))
+        ktc, vc = entry["kt"][:sents], entry["v"][:sents]
+        ktc[:, :, :, pos, :w].copy_(qkv[:, hk:2 * hk].view(sents, w, h, dk).permute(0, 2, 3, 1))
         vc[:, :, pos, :w].copy_(qkv[:, 2 * hk:].view(sents, w, h, dv).transpose(1, 2))
         if w < beam:  # slots no row writes still enter the products (with weight 0, which must not meet a NaN)
-            kc[:, :, pos, w:].zero_()
+            ktc[:, :, :, pos, w:].zero_()
             vc[:, :, pos, w:].zero_()
         entry["len"] = pos + 1
         width = (pos + 1) * beam
-        keys = kc[:, :, :pos + 1].reshape(sents * h, width, dk)  # views: no copy
+        keys_t = ktc[:, :, :, :pos + 1].reshape(sents * h, dk, width)  # views: no copy
         values = vc[:, :, :pos + 1].reshape(sents * h, width, dv)
         q = qkv[:, :hk].view(sents, w, h, dk).transpose(1, 2).reshape(sents * h, w, dk)
         if beam > 1:  # other lines' keys get -inf
-            bias = _foreign_keys(state, sents, w, pos, entry["k"].size(2), h, qkv)
-            scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)
+            bias = _foreign_keys(state, sents, w, pos, vc.size(2), h, qkv)
+            scores = torch.baddbmm(bias, q, keys_t, alpha=self.scaling)
         else:
-            scores = torch.bmm(q, keys.transpose(1, 2)).mul_(self.scaling)
+            scores = torch.bmm(q, keys_t).mul_(self.scaling)
         probs = torch.softmax(scores.float(), dim=-1).to(vc.dtype)
         out = torch.bmm(probs, values)  # [n*H, w, dv]
         out = out.view(sents, h, w, dv).transpose(1, 2).reshape(rows, hv)
@@ -282,15 +284,24 @@ class MultiheadAttention(nn.Module):
         return {"kt": k.transpose(2, 3).contiguous(), "v": v.contiguous(), "bias": bias, "sentence_level": True}
 
 
+_POSITION_DIM = {"kt": 3, "v": 2}  # where a self-attention cache keeps its positions
+
+
+def _filled(buf: torch.Tensor, name: str, length: int) -> torch.Tensor:
+    """The first ``length`` positions of cache tensor ``name`` (a view)."""
+    return buf.narrow(_POSITION_DIM[name], 0, length)
+
+
 def _grow(entry: dict, cap: int) -> None:
     length = entry["len"]
-    for name in ("k", "v"):
+    for name, dim in _POSITION_DIM.items():
         old = entry[name]
-        grown = old.new_empty((old.size(0), old.size(1), cap) + tuple(old.shape[3:]))
-        grown[:, :, :length] = old[:, :, :length]
+        shape = list(old.shape)
+        shape[dim] = cap
+        grown = old.new_empty(shape)
+        _filled(grown, name, length).copy_(_filled(old, name, length))
         entry[name] = grown
-    entry.pop("spare_k", None)
-    entry.pop("spare_v", None)
+        entry.pop("spare_" + name, None)
 
 
 def _additive_mask(blocked: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -348,9 +359,9 @@ def _reorder_beams(state: dict, new_order: torch.Tensor, sentence_order: Optiona
     for entry in state.values():
         if isinstance(entry, dict) and "len" in entry:
             length = entry["len"]
-            for name in ("k", "v"):
-                buf = entry[name]
-                buf[moved, :, :length] = buf[src, :, :length]
+            for name in _POSITION_DIM:
+                filled = _filled(entry[name], name, length)
+                filled[moved] = filled[src]
 
 
 def _causal_keep(tgt_len: int, src_len: int, device) -> torch.Tensor:
@@ -380,7 +391,7 @@ def reorder_state(state: dict, new_order: torch.Tensor, sentence_order: Optional
             if beam_layout:
                 continue
             length = entry["len"]
-            for name in ("k", "v"):
+            for name in _POSITION_DIM:
                 buf = entry[name]
                 if buf.requires_grad and torch.is_grad_enabled():  # out= does not record gradients
                     entry[name] = buf.index_select(0, new_order)
@@ -390,7 +401,7 @@ def reorder_state(state: dict, new_order: torch.Tensor, sentence_order: Optional
                 if spare is None or spare.size(0) < rows or spare.shape[1:] != buf.shape[1:]:
                     spare = buf.new_empty((max(rows, buf.size(0)),) + tuple(buf.shape[1:]))
                 out = spare[:rows]
-                torch.index_select(buf[:, :, :length], 0, new_order, out=out[:, :, :length])
+                torch.index_select(_filled(buf, name, length), 0, new_order, out=_filled(out, name, length))
                 entry[name], entry["spare_" + name] = out, buf
             continue
         if per_sentence and entry.get("sentence_level"):
