@@ -3,6 +3,7 @@
     python benchmarks/fairseq_side_by_side.py --data data-bin --checkpoint ours.pt \\
         --fairseq-generate /path/to/venv/bin/fairseq-generate --fairseq-checkpoint theirs.pt \\
         [--source-lang en --target-lang de] [--beam 4] [--batch-size 64] [--length 20] [--runs 3] [--threads 2]
+        [--ours-args "--decode-workers 1"]
 
 Both programs translate the ``--gen-subset`` split of one data-bin (nmt-preprocess writes fairseq's binary
 format and file names, so fairseq reads it as it is) with two checkpoints of the same shape. The output
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -57,6 +59,8 @@ def main(argv=None) -> None:
     p.add_argument("--lenpen", type=float, default=0.6)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ours-args", default="", help="extra nmt-generate options, one string (e.g. "
+                   "'--decode-workers 1' for one batch at a time on all threads)")
     args = p.parse_args(argv)
     common = ["--gen-subset", args.gen_subset, "--beam", str(args.beam), "--batch-size", str(args.batch_size),
               "--min-len", str(args.length), "--max-len-a", "0", "--max-len-b", str(args.length),
@@ -66,7 +70,8 @@ def main(argv=None) -> None:
         langs += ["--source-lang", args.source_lang]
     if args.target_lang:
         langs += ["--target-lang", args.target_lang]
-    ours = [shutil.which("nmt-generate") or "nmt-generate", args.data, "--path", args.checkpoint] + langs + common
+    ours = ([shutil.which("nmt-generate") or "nmt-generate", args.data, "--path", args.checkpoint] + langs + common
+            + shlex.split(args.ours_args))
     theirs = [args.fairseq_generate, args.data, "--path", args.fairseq_checkpoint, "--num-workers", "0"] + langs + common
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     results = {"nmt-generate": [], "fairseq-generate": []}
@@ -74,6 +79,7 @@ def main(argv=None) -> None:
         results["nmt-generate"].append(_run(ours, env))
         results["fairseq-generate"].append(_run(theirs, env))
     report = {"benchmark": "fairseq_side_by_side", "beam": args.beam, "batch_size": args.batch_size,
+              "ours_args": args.ours_args,
               "output_tokens_per_sentence": args.length + 1, "threads": args.threads, "runs": max(1, args.runs),
               "load_average_1min": round(os.getloadavg()[0], 2)}
     for name, runs in results.items():

@@ -12,7 +12,8 @@ the maximum length; the benchmark therefore decodes with max length = source len
 --max-len-b 0``), which matches the length of real German outputs of English sources closely, and reports
 tokens/s next to sentences/s. Batches are length-sorted and cut as nmt-generate cuts them: by default at
 4,096 padded source tokens (its default ``--max-tokens``), or at ``--batch-size`` sentences (fairseq's
-``--batch-size``); the scoring pass uses the same batches. Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
+``--batch-size``); the scoring pass uses the same batches, and both run as many batches at once as
+nmt-generate would (``--decode-workers``; its default rule). Prints one JSON line; ``cpu_seconds`` / ``sentences_per_cpu_s`` (process CPU time over all
 threads) stay meaningful on a machine shared with other jobs, where wall-clock numbers do not; with
 ``--repeats N`` every timing is the median of N runs, and ``cpu_ratio_to_score_reference`` compares CPU times.
 ``flop_ratio_to_score_reference`` (matrix-multiply FLOPs counted by torch, untimed passes) is the time ratio
@@ -153,6 +154,14 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
     return result
 
 
+def _workers(args, batches) -> int:
+    from nmt_toolkit.generation.parallel import auto_workers
+
+    if args.decode_workers is None:
+        args.decode_workers = auto_workers(len(batches), torch.get_num_threads())
+    return args.decode_workers
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=1000)
@@ -169,8 +178,8 @@ def main(argv=None) -> None:
     p.add_argument("--early-stop", default="bound", choices=("bound", "beam", "never"))
     p.add_argument("--repeats", type=int, default=1, help="time the decode and the scoring this many times; "
                    "report the medians (wall and CPU)")
-    p.add_argument("--decode-workers", type=int, default=1, help="batches decoded (and scored) at once, as "
-                   "nmt-generate --decode-workers")
+    p.add_argument("--decode-workers", type=int, default=None, help="batches decoded (and scored) at once, as "
+                   "nmt-generate --decode-workers; default: nmt-generate's choice for these batches")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
     p.add_argument("--no-flops", action="store_true", help="skip the (untimed) FLOP-counting passes")
     args = p.parse_args(argv)
@@ -200,7 +209,7 @@ def main(argv=None) -> None:
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
                                           **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
                                                 args.early_stop, args.repeats, not args.no_flops,
-                                                args.decode_workers)}
+                                                _workers(args, batches))}
     else:
         with tempfile.TemporaryDirectory() as tmp:
             codec = build_codec(data, tmp)
@@ -216,7 +225,8 @@ def main(argv=None) -> None:
             model = random_model(arch, d)
             report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
                                       **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop,
-                                                args.repeats, not args.no_flops, args.decode_workers)}
+                                                args.repeats, not args.no_flops, _workers(args, batches))}
+    report["decode_workers"] = args.decode_workers  # resolved once the batches were known
     print(json.dumps(report))
 
 

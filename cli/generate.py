@@ -36,9 +36,10 @@ class GenerateIOConfig:
                                              "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
     cpu: bool = option(False, "decode on the CPU even when a GPU is available")
-    decode_workers: int = option(1, "CPU: decode this many batches at once, each on its share of torch's "
-                                    "threads (CTranslate2's inter_threads; faster on small batches); GPU "
-                                    "decoding and --sampling use 1")
+    decode_workers: Optional[int] = option(None, "CPU: decode this many batches at once, each on its share of "
+                                                 "torch's threads (CTranslate2's inter_threads). Default: one per "
+                                                 "intra-op thread, at most 4, with at least 4 batches each; GPU "
+                                                 "decoding and --sampling use 1", metavar="N")
     fp16: bool = option(False, "decode in float16 (GPU only)")
     attention_plot: Optional[str] = option(None, "write one PNG attention heatmap per sentence to this folder, as "
                                                  "in the paper's Figures 3-5 (needs matplotlib: the [viz] extra)",
@@ -124,9 +125,20 @@ def _h_bpe_symbol(io, task) -> Optional[str]:
     return io.remove_bpe
 
 
-def _decode_workers(io: GenerateIOConfig, gen: GenerationConfig, device) -> int:
+def _decode_workers(io: GenerateIOConfig, gen: GenerationConfig, device, num_batches: int) -> int:
     """--decode-workers, checked: batches decode concurrently on the CPU only, and sampling draws from one
-    seeded random stream, which concurrent batches would consume in an unpredictable order."""
+    seeded random stream, which concurrent batches would consume in an unpredictable order. Unset, a CPU
+    decode takes :func:`~nmt_toolkit.generation.parallel.auto_workers` workers: a beam step is hundreds of
+    small operations on which intra-op threads mostly wait for each other, so one-thread workers on
+    batches of their own keep the cores busier."""
+    if io.decode_workers is None:
+        if device.type != "cpu" or gen.sampling:
+            return 1
+        import torch
+
+        from nmt_toolkit.generation.parallel import auto_workers
+
+        return auto_workers(num_batches, torch.get_num_threads())
     if io.decode_workers < 1:
         raise UsageError(f"--decode-workers must be >= 1, got {io.decode_workers}")
     if io.decode_workers > 1 and (device.type != "cpu" or gen.sampling):
@@ -198,7 +210,10 @@ def generate(configs: dict) -> int:
     plots = []
     n_sent = n_tok = 0
     start = time.perf_counter()
-    workers = _decode_workers(io, gen, device)
+    workers = _decode_workers(io, gen, device, len(itr))
+    if workers > 1:
+        logger.info("decoding %d batches at once, %d thread(s) each (--decode-workers)", workers,
+                    max(1, torch.get_num_threads() // workers))
     batches = decode_batches(itr, lambda sample: translate_batch(generator, sample, gen, device, need_attn), workers)
     progress = tqdm(batches, total=len(itr), desc=f"generate {subset}", file=sys.stderr, disable=None, leave=False)
     with torch.inference_mode():

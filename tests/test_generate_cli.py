@@ -171,16 +171,37 @@ def test_decode_workers_print_the_same_lines(setup_dir, capsys):
     _, data, ck = setup_dir
     argv = [data, "--path", ck, "--gen-subset", "test", "--beam", "3", "--max-len-b", "6", "--batch-size", "3"]
     threads = torch.get_num_threads()
-    rc, one, err = _run(capsys, argv)
+    rc, one, err = _run(capsys, argv + ["--decode-workers", "1"])
     assert rc == 0, err
-    rc, two, err = _run(capsys, argv + ["--decode-workers", "3"])
-    assert rc == 0, err
-    # every line, in input order (8 batches, 3 in flight); a worker runs on one thread, and a one-thread matrix
-    # product may sum in another order than a two-thread one, so scores agree to float rounding, not bit for bit
-    _assert_same_lines_up_to_rounding(two, one)
-    assert torch.get_num_threads() == threads  # restored
+    for workers in (["--decode-workers", "3"], []):  # 3, and the default (one per thread here)
+        rc, many, err = _run(capsys, argv + workers)
+        assert rc == 0, err
+        # every line, in input order (8 batches, up to 3 in flight); a worker runs on its share of the threads, and
+        # a one-thread matrix product may sum in another order than a two-thread one, so scores agree to float
+        # rounding, not bit for bit
+        _assert_same_lines_up_to_rounding(many, one)
+        assert torch.get_num_threads() == threads  # restored
     rc, _, err = _run(capsys, argv + ["--decode-workers", "0"])
     assert rc != 0 and "--decode-workers must be >= 1" in err
+
+
+def test_default_decode_workers_one_per_thread_on_the_cpu_only(monkeypatch):
+    from nmt_toolkit.cli.generate import GenerateIOConfig, _decode_workers
+    from nmt_toolkit.generation.config import GenerationConfig
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    auto, beam, sampling = GenerateIOConfig(), GenerationConfig(), GenerationConfig(sampling=True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert _decode_workers(auto, beam, cpu, num_batches=16) == 2
+    assert _decode_workers(auto, beam, cpu, num_batches=8) == 2
+    assert _decode_workers(auto, beam, cpu, num_batches=7) == 1  # too few batches: the tail would cost the gain
+    assert _decode_workers(auto, beam, cpu, num_batches=1) == 1
+    assert _decode_workers(auto, beam, gpu, num_batches=16) == 1
+    assert _decode_workers(auto, sampling, cpu, num_batches=16) == 1
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    assert _decode_workers(auto, beam, cpu, num_batches=64) == 4  # then 4 threads each
+    assert _decode_workers(auto, beam, cpu, num_batches=12) == 3
+    assert _decode_workers(GenerateIOConfig(decode_workers=3), beam, cpu, num_batches=16) == 3
 
 
 def test_decode_batches_keeps_order_and_raises_in_the_caller():

@@ -17,6 +17,19 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+AUTO_MAX_WORKERS = 4
+AUTO_BATCHES_PER_WORKER = 4
+
+
+def auto_workers(num_batches: int, threads: int) -> int:
+    """How many batches a CPU decode runs at once when the user does not say: one worker per intra-op
+    thread, at most 4, and at least 4 batches per worker. The last batches run while other workers may
+    already be idle; with few batches that tail costs what the parallelism gains (2 cores, 250-sentence
+    batches: 5 batches no gain, 9 batches -9 % time, 16 batches -7 to -15 %; 64-sentence batches -14 to
+    -17 %)."""
+    return max(1, min(threads, AUTO_MAX_WORKERS, num_batches // AUTO_BATCHES_PER_WORKER))
+
+
 def decode_batches(batches: Iterable[T], translate: Callable[[T], R], workers: int = 1) -> Iterator[tuple[T, R]]:
     """Yield ``(batch, translate(batch))`` in the order of ``batches``.
 
