@@ -86,6 +86,22 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
     assert (torch.cat(steps, 1) - full_r[:, 8:]).abs().max() <= 1e-5
 
 
+def test_step_projection_follows_in_place_weight_updates():
+    """The decoding step projects through a cached [D, V] copy of the output matrix: it must equal the full
+    forward, and a weight changed in place (an optimizer step, load_state_dict) must not leave it stale."""
+    model = _model()
+    src, prev = _tokens(2, 5), torch.cat([torch.full((2, 1), EOS), _tokens(2, 3, seed=2)], 1)
+    enc = model.forward_encoder(src, None)
+    for round_ in range(2):
+        with torch.no_grad():
+            full, _ = model.forward_decoder(prev, enc)
+            state = {}
+            steps = [model.forward_decoder(prev[:, :t], enc, incremental_state=state)[0].clone() for t in (1, 2, 3, 4)]
+        assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5, round_
+        with torch.no_grad():
+            model.decoder.output_weight().mul_(1.5)  # in place: same storage, new version
+
+
 def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking():
     """The beam search's layout (keys never move; an ancestry mask) against one cache row per beam."""
     from nmt_toolkit.generation.beam_search import _compacting_order
