@@ -3,7 +3,9 @@
 Runs the real training step (Trainer.train_step: label-smoothed criterion, gradient normalisation and
 norm, fused Adam, inverse_sqrt schedule) on synthetic batches of ~``--max-tokens`` padded tokens
 (sentences of ``--length`` tokens). ``efficiency`` = achieved FLOP/s (3 × forward FLOPs per target token
-× wps) over the fp32 matrix-multiply rate measured in the same run.
+× wps) over the fp32 matrix-multiply rate measured in the same run. The allocator is set up as nmt-train
+sets it (nmt_toolkit/allocator.py; ``NMT_TOOLKIT_MALLOC=system`` keeps glibc's defaults); ``malloc`` in
+the output says which ran.
 
     python benchmarks/train_speed.py [--steps 6] [--configs small,base] [--profile]
 """
@@ -18,6 +20,7 @@ import time
 import torch
 
 from nmt_toolkit import registry
+from nmt_toolkit.allocator import keep_freed_memory
 from nmt_toolkit.criterions.label_smoothed_cross_entropy import (LabelSmoothedCrossEntropyConfig,
                                                                  LabelSmoothedCrossEntropyCriterion)
 from nmt_toolkit.models.summary import build_for_dry_run
@@ -93,6 +96,7 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    malloc = "kept" if keep_freed_memory() else "default"  # as nmt-train does (NMT_TOOLKIT_MALLOC=system: off)
     mm = matmul_gflops(1024, 10)
     results = {}
     for name in args.configs.split(","):
@@ -101,7 +105,7 @@ def main() -> None:
         results[name] = r
     mm_after = matmul_gflops(1024, 10)
     print(json.dumps({"benchmark": "train_speed", "device": "cpu", "threads": torch.get_num_threads(),
-                      "precision": args.precision,
+                      "precision": args.precision, "malloc": malloc,
                       "max_tokens": args.max_tokens, "length": args.length, "vocab": args.vocab,
                       "matmul_gflops": round(max(mm, mm_after), 1), "results": results}))
 

@@ -116,6 +116,7 @@ def dry_run(configs: dict[str, Any]) -> int:
 
 
 def train_main(configs: dict[str, Any], argv: list[str]) -> int:
+    from nmt_toolkit.allocator import keep_freed_memory
     from nmt_toolkit.training import distributed
     from nmt_toolkit.training.train_loop import run_training
 
@@ -124,6 +125,7 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     task_cfg = configs.get("task")
     if task_cfg is not None and hasattr(task_cfg, "data") and not task_cfg.data:
         raise UsageError("missing the data folder (nmt-train DATA-BIN ...), or use --dry-run --vocab-size V")
+    keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
     if info is None and world > 1:

@@ -39,6 +39,17 @@ def test_config_yaml_reloads(tiny_bin, tmp_path, capsys):
     assert "embed_dim: 32" in dumped and "arch: transformer_tiny" in dumped
 
 
+def test_training_sets_up_the_allocator_and_a_dry_run_does_not(tiny_bin, tmp_path, monkeypatch):
+    from nmt_toolkit import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda environ=None: calls.append(environ) or False)
+    assert train([tiny_bin, *TINY, "--dry-run"]) == 0
+    assert calls == []
+    assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(tmp_path)]) == 0
+    assert calls == [None]
+
+
 @pytest.mark.slow
 def test_multi30k_tiny_training_lowers_valid_ppl(data_dir, tmp_path, capfd):
     """A short CPU run of transformer_tiny on 4000 real Multi30k pairs: valid ppl falls well below its start."""
