@@ -25,7 +25,7 @@ def get_rng_state(device: Optional[torch.device] = None) -> dict:
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"].cpu())
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+    np.random.set_state((n["kind"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
