@@ -129,6 +129,10 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
     if info is None and world > 1:
+        import torch
+
+        if torch.cuda.is_available() and not configs["optimization"].cpu:
+            distributed.check_local_gpus(world)  # before any process starts
         return distributed.spawn(_spawned_worker, world, (argv,))
     return run_training(configs, info)
 

@@ -18,7 +18,7 @@ def test_user_errors_are_one_line(tiny_bin, tmp_path, capsys):
     assert "did you mean transformer_tiny" in capsys.readouterr().err
     assert train(["--arch", "transformer_tiny"]) == 2
     assert "data folder" in capsys.readouterr().err
-    assert train([tiny_bin, *TINY, "--fp16", "--save-dir", str(tmp_path)]) == 1
+    assert train([tiny_bin, *TINY, "--cpu", "--fp16", "--save-dir", str(tmp_path)]) == 1
     assert "CUDA" in capsys.readouterr().err
     assert train([tiny_bin, *TINY, "--adam-betas", "0.9", "--save-dir", str(tmp_path)]) == 2
     assert "--adam-betas" in capsys.readouterr().err
@@ -28,6 +28,17 @@ def test_user_errors_are_one_line(tiny_bin, tmp_path, capsys):
     assert train([tiny_bin, *TINY, "--save-dir", str(bad)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "checkpoint_last.pt" in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_more_ranks_than_gpus_is_a_one_line_error(tiny_bin, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert train([tiny_bin, *TINY, "--distributed-world-size", "2", "--save-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "2 training processes on this machine need 2 GPUs, but torch sees 1" in err[-1]
+    assert "--cpu" in err[-1] and not (tmp_path / "checkpoint_last.pt").exists()
 
 
 def test_config_yaml_reloads(tiny_bin, tmp_path, capsys):

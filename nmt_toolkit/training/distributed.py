@@ -15,7 +15,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from nmt_toolkit.errors import NmtError
+from nmt_toolkit.errors import NmtError, UsageError
 
 
 @dataclass
@@ -47,6 +47,16 @@ def choose_backend(backend: str, device: torch.device) -> str:
     if backend != "auto":
         return backend
     return "nccl" if device.type == "cuda" else "gloo"
+
+
+def check_local_gpus(processes: int) -> None:
+    """Local rank r trains on GPU r. More processes on a machine than GPUs would stop deep inside CUDA with
+    "invalid device ordinal"; say what is wrong and what to do instead."""
+    count = torch.cuda.device_count()
+    if processes > count:
+        raise UsageError(f"{processes} training processes on this machine need {processes} GPUs, but torch sees "
+                         f"{count}: run at most {count} (--distributed-world-size or torchrun --nproc-per-node), "
+                         f"or add --cpu to train on the CPU with gloo")
 
 
 def init_process_group(info: DistInfo, backend: str, timeout_s: float = 300.0) -> None:

@@ -90,6 +90,7 @@ def _grouped(itr, n: int):
 
 def _device(opt, info: distributed.DistInfo) -> torch.device:
     if torch.cuda.is_available() and not opt.cpu:
+        distributed.check_local_gpus(info.local_rank + 1)
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return torch.device("cpu")
