@@ -25,7 +25,16 @@ logger = logging.getLogger("nmt_toolkit.generate")
 
 
 @dataclass
-class GenerateIOConfig:
+class DecodeDeviceConfig:
+    """Where and in which precision the models decode; shared by nmt-generate and nmt-interactive."""
+
+    cpu: bool = option(False, "decode on the CPU even when a GPU is available")
+    fp16: bool = option(False, "decode in float16 (GPU only)")
+    bf16: bool = option(False, "decode in bfloat16 (GPU only; for models trained with --bf16)")
+
+
+@dataclass
+class GenerateIOConfig(DecodeDeviceConfig):
     gen_subset: str = option("test", "binarized split to translate (ignored with --input)")
     input: Optional[str] = option(None, "translate this raw text file instead ('-': stdin), encoded with the "
                                         "data-bin's subword model", metavar="FILE")
@@ -35,12 +44,10 @@ class GenerateIOConfig:
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
-    cpu: bool = option(False, "decode on the CPU even when a GPU is available")
     decode_workers: Optional[int] = option(None, "CPU: decode this many batches at once, each on its share of "
                                                  "torch's threads (CTranslate2's inter_threads). Default: one per "
                                                  "intra-op thread, at most 4, with at least 4 batches each; GPU "
                                                  "decoding and --sampling use 1", metavar="N")
-    fp16: bool = option(False, "decode in float16 (GPU only)")
     attention_plot: Optional[str] = option(None, "write one PNG attention heatmap per sentence to this folder, as "
                                                  "in the paper's Figures 3-5 (needs matplotlib: the [viz] extra)",
                                            metavar="DIR")
@@ -106,10 +113,14 @@ def setup(configs: dict):
     dict_files = [os.path.join(task_cfg.data, f"dict.{task_cfg.source_lang}.txt"),
                   os.path.join(task_cfg.data, f"dict.{task_cfg.target_lang}.txt")]
     models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, device)
-    if io.fp16:
+    if io.fp16 and io.bf16:
+        raise UsageError("--fp16 and --bf16 exclude each other")
+    if io.fp16 or io.bf16:
+        flag = "--fp16" if io.fp16 else "--bf16"
         if device.type != "cuda":
-            raise UsageError("--fp16 needs a GPU (drop --fp16 or --cpu)")
-        models = [m.half() for m in models]
+            raise UsageError(f"{flag} needs a GPU (drop {flag} or --cpu)")
+        # log-probabilities, attention softmaxes and scores stay in float32 (see ensemble.py)
+        models = [m.to(torch.float16 if io.fp16 else torch.bfloat16) for m in models]
     generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
     codec = task.subword()
     detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)

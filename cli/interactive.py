@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from nmt_toolkit.cli.generate import DecodeDeviceConfig
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.generation.config import GenerationConfig
 
@@ -25,15 +26,13 @@ logger = logging.getLogger("nmt_toolkit.interactive")
 
 
 @dataclass
-class InteractiveIOConfig:
+class InteractiveIOConfig(DecodeDeviceConfig):
     input: str = option("-", "read raw text from this file ('-': stdin)", metavar="FILE")
     buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once)")
     plain: bool = option(False, "print only the detokenized translation, one line per input line")
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto'", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines (argmax of the encoder-decoder attention)")
-    cpu: bool = option(False, "decode on the CPU even when a GPU is available")
-    fp16: bool = option(False, "decode in float16 (GPU only)")
 
 
 def _lines(path: str):
