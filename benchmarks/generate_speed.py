@@ -3,6 +3,7 @@
     python benchmarks/generate_speed.py [--sentences 1000] [--max-tokens 4096 | --batch-size 64] [--beam 4] [--threads 2]
                                         [--archs transformer_small,transformer_base] [--checkpoint ck.pt --data DIR]
                                         [--repeats 3] [--decode-workers N] [--profile]
+                                        [--device cuda [--dtype float16|bfloat16]]
 
 Source sentences: the Multi30k 2016 test set of ../shared/data (NMT_TOOLKIT_TEST_DATA), encoded through a joint
 sentencepiece model (8k) learned by the preprocess library in a temporary folder. Models: random weights of
@@ -18,7 +19,9 @@ threads) stay meaningful on a machine shared with other jobs, where wall-clock n
 ``--repeats N`` every timing is the median of N runs, and ``cpu_ratio_to_score_reference`` compares CPU times.
 ``flop_ratio_to_score_reference`` (matrix-multiply FLOPs counted by torch, untimed passes) is the time ratio
 the decode would have at the scoring pass's FLOP rate; ``decode_gflops_per_s`` / ``score_reference_gflops_per_s``
-show how far from it each runs.
+show how far from it each runs. ``--device cuda`` times the same on a GPU (one batch at a time, as
+nmt-generate decodes there; every timing ends with a device synchronisation); ``--dtype`` casts the model as
+nmt-generate's ``--fp16``/``--bf16`` do.
 """
 from __future__ import annotations
 
@@ -99,6 +102,11 @@ def count_flops(gen, batches, targets):
     return decode, counter.get_total_flops()
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
           early_stop: str = "bound", repeats: int = 1, with_flops: bool = True, workers: int = 1):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
@@ -106,27 +114,32 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
 
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
                             early_stop=early_stop)
+    device = next(model.parameters()).device
     gen.generate(*batches[len(batches) // 2])  # warm-up
     walls, cpus = [], []
     for _ in range(max(1, repeats)):
         outputs = []
         c0 = time.process_time()
+        _sync(device)
         t0 = time.perf_counter()
         for _, out in decode_batches(batches, lambda b: gen.generate(*b), workers):
             outputs.append(out)
+        _sync(device)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     t_gen, cpu_gen = statistics.median(walls), statistics.median(cpus)
     n_sent = sum(len(o) for o in outputs)
     n_tok = sum(len(h[0]["tokens"]) for o in outputs for h in o)
     targets = [torch.nn.utils.rnn.pad_sequence([h[0]["tokens"] for h in o], batch_first=True,
-                                               padding_value=d.pad()) for o in outputs]
+                                               padding_value=d.pad()).to(device) for o in outputs]
     refs, ref_cpus = [], []
     for _ in range(max(1, repeats)):
         c0 = time.process_time()
+        _sync(device)
         t0 = time.perf_counter()
         for _ in decode_batches(list(zip(batches, targets)), lambda b: gen.score_reference(*b[0], b[1]), workers):
             pass
+        _sync(device)
         refs.append(time.perf_counter() - t0)
         ref_cpus.append(time.process_time() - c0)
     t_ref, cpu_ref = statistics.median(refs), statistics.median(ref_cpus)
@@ -158,8 +171,15 @@ def _workers(args, batches) -> int:
     from nmt_toolkit.generation.parallel import auto_workers
 
     if args.decode_workers is None:
-        args.decode_workers = auto_workers(len(batches), torch.get_num_threads())
+        args.decode_workers = 1 if args.device == "cuda" else auto_workers(len(batches), torch.get_num_threads())
     return args.decode_workers
+
+
+def _on_device(model, batches, args):
+    """The model (cast to ``--dtype``) and the batches on ``--device``."""
+    device = torch.device(args.device)
+    model = model.to(device=device, dtype=getattr(torch, args.dtype))
+    return model, [(src.to(device), lengths.to(device)) for src, lengths in batches]
 
 
 def main(argv=None) -> None:
@@ -182,9 +202,16 @@ def main(argv=None) -> None:
                    "nmt-generate --decode-workers; default: nmt-generate's choice for these batches")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table to stderr")
     p.add_argument("--no-flops", action="store_true", help="skip the (untimed) FLOP-counting passes")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
+                   help="cast the model (nmt-generate --fp16 / --bf16; GPU only)")
     args = p.parse_args(argv)
     if args.batch_size is None and args.max_tokens is None:
         args.max_tokens = 4096
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("generate_speed: --device cuda but torch sees no GPU")
+    if args.dtype != "float32" and args.device != "cuda":
+        sys.exit(f"generate_speed: --dtype {args.dtype} needs --device cuda (as nmt-generate's --fp16/--bf16)")
     torch.set_num_threads(args.threads)
     from nmt_toolkit import registry
     from nmt_toolkit.data.dictionary import Dictionary
@@ -193,7 +220,8 @@ def main(argv=None) -> None:
     data, lines = load_sentences(args.sentences)
     report = {"benchmark": "generate_speed", "beam": args.beam, "batch_size": args.batch_size,
               "max_tokens": args.max_tokens, "decode_workers": args.decode_workers,
-              "threads": torch.get_num_threads(), "device": "cpu", "early_stop": args.early_stop,
+              "threads": torch.get_num_threads(), "device": args.device, "dtype": args.dtype,
+              "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None, "early_stop": args.early_stop,
               "load_average_1min": round(os.getloadavg()[0], 2), "sentences": len(lines), "models": {}}
     if args.checkpoint:
         from nmt_toolkit.generation.ensemble import load_ensemble
@@ -204,10 +232,11 @@ def main(argv=None) -> None:
         codec = task.subword()
         ids = [task.src_dict.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
         batches = make_batches(ids, task.src_dict.pad(), args.batch_size, args.max_tokens)
+        model, batches = _on_device(models[0], batches, args)
         a = 1.0 if args.max_len_a is None else args.max_len_a
         b = 50 if args.max_len_b is None else args.max_len_b
         report["models"]["checkpoint"] = {"weights": "trained", "path": args.checkpoint, "max_len": f"{a}*src+{b}",
-                                          **bench(models[0], task.tgt_dict, batches, args.beam, a, b, args.profile,
+                                          **bench(model, task.tgt_dict, batches, args.beam, a, b, args.profile,
                                                 args.early_stop, args.repeats, not args.no_flops,
                                                 _workers(args, batches))}
     else:
@@ -218,11 +247,11 @@ def main(argv=None) -> None:
             d.add_symbol(codec.sp.id_to_piece(i))
         d.pad_to_multiple_(8)
         ids = [d.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
-        batches = make_batches(ids, d.pad(), args.batch_size, args.max_tokens)
+        cpu_batches = make_batches(ids, d.pad(), args.batch_size, args.max_tokens)
         a = 1.0 if args.max_len_a is None else args.max_len_a
         b = 0 if args.max_len_b is None else args.max_len_b
         for arch in args.archs.split(","):
-            model = random_model(arch, d)
+            model, batches = _on_device(random_model(arch, d), cpu_batches, args)
             report["models"][arch] = {"weights": "random", "vocab": len(d), "max_len": f"{a}*src+{b}",
                                       **bench(model, d, batches, args.beam, a, b, args.profile, args.early_stop,
                                                 args.repeats, not args.no_flops, _workers(args, batches))}
