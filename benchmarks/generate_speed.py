@@ -168,10 +168,12 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
 
 
 def _workers(args, batches) -> int:
-    from nmt_toolkit.generation.parallel import auto_workers
+    """nmt-generate's own rule (--decode-workers, or its default for these batches on this device)."""
+    from nmt_toolkit.cli.generate import GenerateIOConfig, _decode_workers
+    from nmt_toolkit.generation.config import GenerationConfig
 
-    if args.decode_workers is None:
-        args.decode_workers = 1 if args.device == "cuda" else auto_workers(len(batches), torch.get_num_threads())
+    args.decode_workers = _decode_workers(GenerateIOConfig(decode_workers=args.decode_workers), GenerationConfig(),
+                                          torch.device(args.device), len(batches))
     return args.decode_workers
 
 

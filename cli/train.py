@@ -118,7 +118,7 @@ def dry_run(configs: dict[str, Any]) -> int:
 def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     from nmt_toolkit.allocator import keep_freed_memory
     from nmt_toolkit.training import distributed
-    from nmt_toolkit.training.train_loop import run_training
+    from nmt_toolkit.training.train_loop import run_training, uses_cuda
 
     if configs["logging"].dry_run:
         return dry_run(configs)
@@ -129,9 +129,7 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
     if info is None and world > 1:
-        import torch
-
-        if torch.cuda.is_available() and not configs["optimization"].cpu:
+        if uses_cuda(configs["optimization"]):
             distributed.check_local_gpus(world)  # before any process starts
         return distributed.spawn(_spawned_worker, world, (argv,))
     return run_training(configs, info)

@@ -88,8 +88,13 @@ def _grouped(itr, n: int):
         yield chunk
 
 
+def uses_cuda(opt) -> bool:
+    """Training runs on GPUs whenever torch sees one, unless --cpu."""
+    return torch.cuda.is_available() and not opt.cpu
+
+
 def _device(opt, info: distributed.DistInfo) -> torch.device:
-    if torch.cuda.is_available() and not opt.cpu:
+    if uses_cuda(opt):
         distributed.check_local_gpus(info.local_rank + 1)
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
