@@ -86,17 +86,20 @@ def random_model(arch: str, d):
 
 
 def count_flops(gen, batches, targets):
-    """Matrix-multiply FLOPs (torch's FlopCounterMode: mm, addmm, bmm, attention) of one untimed decode
+    """Matrix-multiply FLOPs (torch's FlopCounterMode: mm, addmm, bmm, attention, and the packed
+    oneDNN products of modules/packed_linear.py) of one untimed decode
     and one untimed scoring pass. Their ratio is what the time ratio would be if both ran at the same
     FLOP rate; the time ratio over it is the decode's efficiency loss (small per-step matrices, cache
     reorders, top-k, Python per step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    from nmt_toolkit.modules.packed_linear import flop_formulas
+
+    with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
         for src, lengths in batches:
             gen.generate(src, lengths)
     decode = counter.get_total_flops()
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
         for (src, lengths), tgt in zip(batches, targets):
             gen.score_reference(src, lengths, tgt)
     return decode, counter.get_total_flops()

@@ -17,6 +17,7 @@ from torch import nn
 
 from nmt_toolkit.config import option
 from nmt_toolkit.errors import UsageError
+from nmt_toolkit.modules import packed_linear
 from nmt_toolkit.modules.attention import reorder_state
 from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from nmt_toolkit.modules.positional import build_positional_embedding
@@ -158,7 +159,7 @@ class TransformerDecoder(nn.Module):
                 attn = layer_attn.mean(dim=1)  # average over heads: [B, T, S]
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        return F.linear(x, self.output_weight()), attn
+        return packed_linear.linear(x, self.output_weight()), attn
 
 
     def forward_step(self, prev_output_tokens: torch.Tensor, encoder_out: dict, incremental_state: dict,
@@ -186,10 +187,14 @@ class TransformerDecoder(nn.Module):
 
         A beam step's logits are megabytes (256 rows x 8k words = 8 MB); a fresh tensor per step costs page
         faults and evicts the weights from cache, so every step reuses one buffer (the caller consumes the
-        logits before the next step; see ``EnsembleModel.log_probs``)."""
+        logits before the next step; see ``EnsembleModel.log_probs``). On the CPU under inference the packed
+        oneDNN product of :mod:`~nmt_toolkit.modules.packed_linear` wins over that (1.3-1.5x at 32-256 rows on
+        the reference machine) although it returns a new tensor: it has no ``out=`` form."""
         weight = self.output_weight()
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return F.linear(x, weight)
+        if packed_linear.usable(x, weight):
+            return packed_linear.linear(x, weight)
         rows, vocab = x.size(0), weight.size(0)
         buf = incremental_state.get("_logits")
         if buf is None or buf.size(0) < rows or buf.size(1) != vocab or buf.dtype != x.dtype or buf.device != x.device:

@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmt_toolkit.modules import packed_linear
+
 _ids = itertools.count()
 
 
@@ -97,7 +99,7 @@ class MultiheadAttention(nn.Module):
         return x.view(b, t, self.num_heads, dim).transpose(1, 2)
 
     def _project_kv(self, source: torch.Tensor):
-        k, v = self.kv_proj(source).split(self._split[1:], dim=-1)
+        k, v = packed_linear.apply(self.kv_proj, source).split(self._split[1:], dim=-1)
         return self._heads(k, self.key_dim), self._heads(v, self.value_dim)
 
     # ------------------------------------------------------------------ forward
@@ -122,13 +124,13 @@ class MultiheadAttention(nn.Module):
         hk, _, hv = self._split
         mask = key_padding_mask
         if self.self_attention:
-            q, k, v = self.in_proj(query).split(self._split, dim=-1)  # split: one concat in backward
+            q, k, v = packed_linear.apply(self.in_proj, query).split(self._split, dim=-1)  # split: one concat in backward
             q, k, v = self._heads(q, self.key_dim), self._heads(k, self.key_dim), self._heads(v, self.value_dim)
             if incremental_state is not None:
                 k, v = self._append(incremental_state, k, v)
                 causal = causal and tgt_len > 1  # one new query may see every cached key
         else:
-            q = self._heads(self.q_proj(query), self.key_dim)
+            q = self._heads(packed_linear.apply(self.q_proj, query), self.key_dim)
             if incremental_state is not None:
                 entry = incremental_state.get(self.state_key)
                 if entry is None:
@@ -156,7 +158,7 @@ class MultiheadAttention(nn.Module):
                 is_causal=causal, scale=self.scaling)
             probs = None
         out = out.transpose(1, 2).reshape(bsz, tgt_len, hv)
-        return self.out_proj(out), probs
+        return packed_linear.apply(self.out_proj, out), probs
 
     def _attention_with_probs(self, q, k, v, mask, causal):
         """The explicit (slower) path that also returns the per-head probabilities."""
@@ -212,7 +214,7 @@ class MultiheadAttention(nn.Module):
         beam = int(state.get("_beam", 1))
         sents = int(state["_sentences"]) if beam > 1 else rows
         w = rows // sents
-        qkv = F.linear(x, self.in_proj.weight, self.in_proj.bias)
+        qkv = packed_linear.apply(self.in_proj, x)
         entry = self._cache_with_room(state, sents, 1, qkv, beam)
         pos = entry["len"]
         ktc, vc = entry["kt"][:sents], entry["v"][:sents]
@@ -234,7 +236,7 @@ class MultiheadAttention(nn.Module):
         probs = torch.softmax(scores.float(), dim=-1).to(vc.dtype)
         out = torch.bmm(probs, values)  # [n*H, w, dv]
         out = out.view(sents, h, w, dv).transpose(1, 2).reshape(rows, hv)
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
+        return packed_linear.apply(self.out_proj, out)
 
     def step_cross(self, x: torch.Tensor, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor],
                    state: dict, need_weights: bool = False):
@@ -254,7 +256,7 @@ class MultiheadAttention(nn.Module):
         rows = x.size(0)
         w = rows // sents
         hv = self._split[2]
-        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).view(sents, w, h, dk).transpose(1, 2)
+        q = packed_linear.apply(self.q_proj, x).view(sents, w, h, dk).transpose(1, 2)
         q = q.reshape(sents * h, w, dk)
         kt = kt.view(sents * h, dk, src_len)
         if bias is None:
@@ -268,7 +270,7 @@ class MultiheadAttention(nn.Module):
             probs = probs.view(sents, h, w, src_len).transpose(1, 2).reshape(rows, h, 1, src_len)
         else:
             probs = None
-        return F.linear(out, self.out_proj.weight, self.out_proj.bias), probs
+        return packed_linear.apply(self.out_proj, out), probs
 
     def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor]) -> dict:
         """Per sentence: keys stored transposed (``kt`` [n, H, d_k, S]) and values contiguous (``v`` [n, H, S,

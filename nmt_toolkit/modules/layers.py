@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmt_toolkit.modules import packed_linear
 from nmt_toolkit.modules.attention import MultiheadAttention
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -36,9 +37,9 @@ class FeedForward(nn.Module):
             nn.init.zeros_(fc.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training and self.activation is F.relu:  # no dropout: ReLU fused into fc1 (or in place)
+            return packed_linear.apply(self.fc2, packed_linear.apply(self.fc1, x, relu=True))
         h = self.fc1(x)
-        if not self.training and self.activation is F.relu:
-            return self.fc2(h.relu_())  # decoding: no dropout, and no second [N, d_ff] buffer for the ReLU
         return self.fc2(_dropout(self.activation(h), self.activation_dropout, self.training))
 
 

@@ -1,0 +1,150 @@
+"""modules/packed_linear.py: oneDNN products with packed weights at inference, the module's own call elsewhere."""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from nmt_toolkit.modules import packed_linear
+
+needs_onednn = pytest.mark.skipif(not packed_linear._AVAILABLE, reason="this torch build has no oneDNN linear")
+
+
+class _Ops(TorchDispatchMode):
+    """Records the names of the operators that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def _packed_ran(fn) -> tuple:
+    with _Ops() as ops:
+        out = fn()
+    return out, any("_linear_pointwise" in name for name in ops.names)
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(4, 256), (37, 256), (3, 5, 256), (0, 256)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_inference_equals_the_module_and_takes_the_packed_path(shape, bias):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 1024, bias=bias)
+    x = torch.randn(*shape)
+    expected = layer(x).detach()
+    with torch.inference_mode():
+        out, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+        fused, _ = _packed_ran(lambda: packed_linear.apply(layer, x, relu=True))
+    assert packed == (x.numel() > 0)  # no rows: nothing worth packing
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused, expected.relu(), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows, features, packed", [(1, (256, 768), False), (4, (256, 768), True),
+                                                    (1, (256, 8008), True), (255, (256, 256), False),
+                                                    (256, (256, 256), True), (64, (128, 512), False)])
+def test_small_products_stay_on_torchs_kernel(rows, features, packed):
+    """Below about 0.8 M multiply-adds (or under 256 rows for a small weight) oneDNN's call overhead loses."""
+    layer = torch.nn.Linear(*features)
+    with torch.inference_mode():
+        _, ran = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(rows, features[0])))
+    assert ran == packed
+
+
+def test_training_and_no_grad_call_the_module():
+    layer = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    y, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+    assert not packed
+    y.sum().backward()
+    assert layer.weight.grad is not None and x.grad is not None
+    with torch.no_grad():
+        _, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+    assert not packed  # validation under no_grad keeps torch's own kernel
+
+
+@needs_onednn
+def test_a_weight_updated_in_place_is_packed_again():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 768)
+    x = torch.randn(10, 256)
+    with torch.inference_mode():
+        before = packed_linear.apply(layer, x)
+    with torch.no_grad():  # an optimizer step: same storage, new values
+        layer.weight.mul_(-2.0).add_(0.5)
+    with torch.inference_mode():
+        after = packed_linear.apply(layer, x)
+    torch.testing.assert_close(after, layer(x).detach(), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(before, after)
+
+
+def test_hooks_plugins_and_disabled_onednn_keep_the_module_call():
+    layer = torch.nn.Linear(256, 1024)
+    seen = []
+    handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    with torch.inference_mode():
+        _, packed = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(8, 256)))
+    handle.remove()
+    assert seen == [torch.Size([8, 1024])] and not packed
+
+    class LoRALinear(torch.nn.Linear):  # a plugin's replacement layer: its own forward must run
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    lora = LoRALinear(256, 1024)
+    x = torch.randn(8, 256)
+    with torch.inference_mode():
+        torch.testing.assert_close(packed_linear.apply(lora, x), torch.nn.functional.linear(x, lora.weight, lora.bias) + 1.0)
+        with torch.backends.mkldnn.flags(enabled=False):
+            _, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+    assert not packed
+    with torch.inference_mode():
+        _, packed = _packed_ran(lambda: packed_linear.apply(layer.double(), x.double()))
+    assert not packed  # float32 only
+
+
+@needs_onednn
+def test_flop_counter_counts_packed_products_like_mm():
+    layer = torch.nn.Linear(256, 1024)
+    with torch.inference_mode():
+        with FlopCounterMode(display=False, custom_mapping=packed_linear.flop_formulas()) as counter:
+            _, packed = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(5, 7, 256)))
+    assert packed and counter.get_total_flops() == 2 * 5 * 7 * 256 * 1024
+
+
+def test_decoding_with_and_without_packed_weights_agrees():
+    """A beam search and the scoring pass give the same hypotheses and scores (≤ 1e-4) either way."""
+    from nmt_toolkit.data.dictionary import Dictionary
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+
+    d = Dictionary()
+    for i in range(600):
+        d.add_symbol(f"w{i}")
+    cfg = TransformerConfig(encoder_layers=2, decoder_layers=2, embed_dim=256, ffn_embed_dim=1024,
+                            attention_heads=4, dropout=0.0, share_all_embeddings=True)
+    torch.manual_seed(1)
+    model = TransformerModel.build_model(cfg, d, d).eval()
+    gen = SequenceGenerator([model], d, beam_size=4, max_len_a=1.0, max_len_b=5)
+    src = torch.randint(4, len(d), (6, 9))
+    src[3, 6:] = d.pad()
+    lengths = (src != d.pad()).sum(1)
+
+    def decode():
+        hyps = gen.generate(src, lengths)
+        target = torch.nn.utils.rnn.pad_sequence([h[0]["tokens"] for h in hyps], batch_first=True,
+                                                 padding_value=d.pad())
+        return hyps, gen.score_reference(src, lengths, target)
+
+    (packed_hyps, packed_scores), packed = _packed_ran(decode)
+    with torch.backends.mkldnn.flags(enabled=False):
+        (plain_hyps, plain_scores), plain = _packed_ran(decode)
+    assert packed == packed_linear._AVAILABLE and not plain
+    for a, b in zip(packed_hyps + packed_scores, plain_hyps + plain_scores):
+        assert torch.equal(a[0]["tokens"], b[0]["tokens"])
+        assert abs(a[0]["score"] - b[0]["score"]) <= 1e-4
