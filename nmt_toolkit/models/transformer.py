@@ -194,7 +194,7 @@ class TransformerDecoder(nn.Module):
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
             return F.linear(x, weight)
         if packed_linear.usable(x, weight):
-            return packed_linear.linear(x, weight)
+            return packed_linear.product(x, weight)
         rows, vocab = x.size(0), weight.size(0)
         buf = incremental_state.get("_logits")
         if buf is None or buf.size(0) < rows or buf.size(1) != vocab or buf.dtype != x.dtype or buf.device != x.device:

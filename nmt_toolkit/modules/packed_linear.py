@@ -73,11 +73,12 @@ def _worth_packing(rows: int, weight_elements: int) -> bool:
     return rows >= _MANY_ROWS
 
 
-def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``x @ weight.T`` takes the packed path (the conditions in the module docstring)."""
+def usable(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> bool:
+    """Whether ``x @ weight.T (+ bias)`` takes the packed path (the conditions in the module docstring)."""
     return (_AVAILABLE and torch.backends.mkldnn.enabled and torch.is_inference_mode_enabled()
             and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and weight.device.type == "cpu" and weight.dim() == 2 and x.dim() >= 2
+            and (bias is None or bias.dtype == torch.float32)
             and _worth_packing(x.numel() // max(1, x.size(-1)), weight.numel()))
 
 
@@ -99,12 +100,17 @@ def _packed_weight(weight: torch.Tensor) -> torch.Tensor:
     return cached[1]
 
 
+def product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+            relu: bool = False) -> torch.Tensor:
+    """The packed product itself, for a caller that has checked :func:`usable`."""
+    return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(weight), bias, "relu" if relu else "none", [], "")
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            relu: bool = False) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` (then ReLU, fused, when ``relu``), packed where :func:`usable`."""
-    if usable(x, weight) and (bias is None or bias.dtype == torch.float32):
-        return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(weight), bias, "relu" if relu else "none",
-                                                  [], "")
+    if usable(x, weight, bias):
+        return product(x, weight, bias, relu)
     y = F.linear(x, weight, bias)
     return y.relu_() if relu else y
 
@@ -128,7 +134,7 @@ def apply(layer: nn.Module, x: torch.Tensor, relu: bool = False) -> torch.Tensor
     """``layer(x)`` (then ReLU) for a linear sub-module: packed for a plain hook-free ``nn.Linear`` at
     inference, the module's own call otherwise (a plugin's replacement layer, registered hooks, training)."""
     if type(layer) is nn.Linear and not layer._forward_hooks and not layer._forward_pre_hooks \
-            and usable(x, layer.weight):
-        return linear(x, layer.weight, layer.bias, relu)
+            and usable(x, layer.weight, layer.bias):
+        return product(x, layer.weight, layer.bias, relu)
     y = layer(x)
     return y.relu_() if relu else y
