@@ -51,3 +51,40 @@ def _few_threads():
     torch.set_num_threads(min(2, before))
     yield
     torch.set_num_threads(before)
+
+
+def _require_cpu_kernels():
+    """The built C kernels of modules/cpu_kernels.py: required where a C compiler exists (a broken build fails
+    instead of quietly testing the fallback), skipped where none does."""
+    import shutil
+
+    from nmt_toolkit.modules import cpu_kernels
+
+    lib = cpu_kernels.library()
+    if lib is None:
+        if shutil.which(os.environ.get("CC", "cc")) and os.environ.get(cpu_kernels.ENV, "1") != "0":
+            pytest.fail("a C compiler is here but the decoding kernels did not build (see the debug log of "
+                        "nmt_toolkit.cpu_kernels)")
+        pytest.skip("no C compiler: the decoding kernels are not built here")
+    return lib
+
+
+@pytest.fixture
+def cpu_kernels_lib():
+    return _require_cpu_kernels()
+
+
+@pytest.fixture(params=["c-kernels", "torch"])
+def decode_kernels(request, monkeypatch):
+    """Runs a decoding test twice: with the C kernels of modules/cpu_kernels.py and with torch's code path."""
+    from nmt_toolkit.modules import cpu_kernels
+
+    if request.param == "torch":
+        monkeypatch.setattr(cpu_kernels, "_library", None)
+        monkeypatch.setattr(cpu_kernels, "_tried", True)
+    else:
+        _require_cpu_kernels()
+        import torch
+
+        torch.set_num_threads(1)  # the kernels serve one-thread decoding (restored by _few_threads)
+    return request.param

@@ -102,7 +102,7 @@ def test_step_projection_follows_in_place_weight_updates():
             model.decoder.output_weight().mul_(1.5)  # in place: same storage, new version
 
 
-def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking():
+def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking(decode_kernels):
     """The beam search's layout (keys never move; an ancestry mask) against one cache row per beam."""
     from nmt_toolkit.generation.beam_search import _compacting_order
 

@@ -42,6 +42,7 @@ import torch
 
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.sampling import sample_candidates
+from nmt_toolkit.modules import cpu_kernels
 
 NEG_INF = float("-inf")
 
@@ -184,9 +185,12 @@ class SequenceGenerator:
         beam_offsets = torch.arange(bsz, device=dev).unsqueeze(1) * k
         sent_offsets = torch.arange(bsz, device=dev).unsqueeze(1)
         n = bsz
+        fused = self._fused_candidates()
         for step in range(steps + 1):
             lprobs, step_attn = model.log_probs(tokens[:, : step + 1], encoder_outs, states,
-                                                temperature=self.temperature, need_attn=need_attn)
+                                                temperature=self.temperature, need_attn=need_attn, normalize=not fused)
+            if fused:  # logits: their log-normaliser before the constraints, which only ever lower a logit
+                lse = cpu_kernels.row_logsumexp(lprobs)
             lprobs = self._constrain(lprobs, tokens, step, row_max, prefix_rows)
             if attn is not None and step_attn is not None:
                 attn[:, step + 1, : step_attn.size(-1)] = step_attn
@@ -194,7 +198,15 @@ class SequenceGenerator:
 
             # ---- candidates: 2k per sentence over beam x V
             prev = None if step == 0 else scores[:, step - 1]
-            if self.sampling:
+            if fused:  # the best 2k logits of each row minus the row's lse are its best 2k log-probabilities
+                row_scores, row_tokens = cpu_kernels.row_topk(lprobs, 2 * k)
+                row_scores = row_scores - lse.unsqueeze(1)
+                if prev is not None:
+                    row_scores = row_scores + prev.unsqueeze(1)
+                cand_scores, j = row_scores.view(n, width * 2 * k).topk(2 * k, dim=1)
+                cand_beams = torch.div(j, 2 * k, rounding_mode="floor")
+                cand_tokens = row_tokens.view(n, width * 2 * k).gather(1, j)
+            elif self.sampling:
                 cand_scores, cand_idx = sample_candidates(lprobs, prev, n, k, self.sampling_topk,
                                                           self.sampling_topp, self.generator)
             elif vocab >= _CHUNKED_TOPK_MIN_VOCAB:
@@ -220,6 +232,7 @@ class SequenceGenerator:
                 if width * vocab < 2 * k:  # padded (-inf) candidates: point them at a real row of their sentence
                     cand_beams = cand_beams.clamp(max=width - 1)
             cand_rows = cand_beams + (beam_offsets[:n] if width == k else sent_offsets[:n])
+            del lprobs  # [rows, V]: freed before the next step allocates its own (glibc then reuses the block)
             eos_mask = (cand_tokens == eos) & (cand_scores > NEG_INF)
 
             # ---- finalize EOS candidates among the first k (vectorised over sentences)
@@ -268,6 +281,16 @@ class SequenceGenerator:
                 model.reorder_incremental_state(states, new_order)
             width = k
         return self._collect(fin, src_lengths)
+
+    def _fused_candidates(self) -> bool:
+        """Whether this search takes a step's candidates from the logits through the C kernels of
+        modules/cpu_kernels.py (row log-normaliser and row top-2k, one read of the logits each) instead of a
+        log_softmax and torch's top-k: a beam search (not sampling) of one model on the CPU in float32 with a
+        vocabulary where the chunked top-k applies. Same candidates; scores equal to float32 rounding."""
+        if self.sampling or not self.model.single or self.vocab_size < _CHUNKED_TOPK_MIN_VOCAB:
+            return False
+        p = next(self.model.parameters(), None)
+        return p is not None and cpu_kernels.usable(torch.empty(0, dtype=p.dtype, device=p.device))
 
     def _constrain(self, lprobs, tokens, step, row_max, prefix_rows):
         """Apply pad ban, <unk> penalty, min/max length, forced prefix and the no-repeat-n-gram ban."""

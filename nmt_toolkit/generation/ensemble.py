@@ -86,13 +86,17 @@ class EnsembleModel(nn.Module):
                 states[i] = out
 
     def log_probs(self, prev_output_tokens: torch.Tensor, encoder_outs: list, states: Optional[list],
-                  temperature: float = 1.0, need_attn: bool = False, last_only: bool = True):
+                  temperature: float = 1.0, need_attn: bool = False, last_only: bool = True, normalize: bool = True):
         """Log-probabilities (fp32) of the next token: ``[B, V]`` when ``last_only`` else ``[B, T, V]``.
 
         With ``states`` (one dict per model) decoding is incremental: only the last position is computed.
         Returns ``(lprobs, attn)``; ``attn`` is the encoder–decoder attention (``[B, S]`` / ``[B, T, S]``,
-        averaged over models) when ``need_attn``.
+        averaged over models) when ``need_attn``. ``normalize=False`` (one model only) returns the logits
+        divided by the temperature instead, for a caller that normalises them itself (the beam search's
+        C candidate kernels); they are the caller's to overwrite.
         """
+        if not normalize and not self.single:
+            raise ValueError("unnormalised scores exist for one model, not for an ensemble")
         all_lp, attn_sum = [], None
         for i, m in enumerate(self.models):
             logits, attn = m.forward_decoder(prev_output_tokens, encoder_outs[i],
@@ -103,7 +107,11 @@ class EnsembleModel(nn.Module):
                 attn = _last_position_attn(attn) if need_attn else None
             elif need_attn and attn is not None and attn.dim() == 4:
                 attn = attn.mean(dim=1)
-            all_lp.append(_log_softmax_in_place(logits, temperature))
+            if not normalize:
+                logits = logits.float()
+                all_lp.append(logits.div_(temperature) if temperature != 1.0 else logits)
+            else:
+                all_lp.append(_log_softmax_in_place(logits, temperature))
             if need_attn and attn is not None:
                 attn = attn.float()
                 attn_sum = attn if attn_sum is None else attn_sum + attn

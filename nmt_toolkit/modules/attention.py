@@ -6,7 +6,9 @@ Tensors are batch-first: queries ``[B, T, D]``, keys/values ``[B, S, D]``. Heads
 Incremental state (a plain dict owned by the caller, shared by all layers of one model; each attention
 module stores one entry under its own ``state_key``):
 
-- self-attention: ``{"kt": [S, H, d_k, capacity, beam], "v": [S, H, capacity, beam, d_v], "len": int}`` —
+- self-attention: ``{"kt": [S, H, d_k, capacity, beam], "v": [S, H, capacity, beam, d_v], "len": int}``
+  (with the C kernels of :mod:`~nmt_toolkit.modules.cpu_kernels`, chosen when the cache is created, the keys
+  are ``"k"`` [S, H, capacity, beam, d_k] instead: every key vector contiguous, as the kernel reads them) —
   preallocated buffers (capacity ``state["_capacity"]`` when the caller sets it, else 16) that grow by
   doubling; one step writes one position, so a sentence of T steps costs O(T) copies. Keys are stored
   transposed: the filled part is then a ``[d_k, positions]`` matrix per sentence and head, which a batched
@@ -26,7 +28,8 @@ module stores one entry under its own ``state_key``):
   True at padded source positions, ``keep`` its negation as SDPA takes it). On the decoding-step path
   (:meth:`MultiheadAttention.step_cross`) B counts *sentences*: the beams of a sentence share one entry
   (``"sentence_level": True``, keys stored transposed as ``"kt"``, padding as an additive ``"bias"``) and
-  are its query-length axis.
+  are its query-length axis. With the C kernels the entry holds ``"k"`` [n, H, S, d_k] and the padding as
+  ``"pad"`` [n, S] (0 or -inf) instead.
 
 :func:`reorder_state` applies a beam reordering to every entry; sentence-level entries follow the kept
 sentences.
@@ -41,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt_toolkit.modules import packed_linear
+from nmt_toolkit.modules import cpu_kernels, packed_linear
 
 _ids = itertools.count()
 
@@ -178,21 +181,29 @@ class MultiheadAttention(nn.Module):
             raise ValueError("a beam-layout incremental state serves forward_step only (see the module docstring)")
         entry = self._cache_with_room(state, k.size(0), new, k, beam=1)
         length = entry["len"]
-        ktc, vc = entry["kt"][..., 0], entry["v"][:, :, :, 0]
-        ktc[:, :, :, length:length + new] = k.transpose(2, 3)
+        vc = entry["v"][:, :, :, 0]
         vc[:, :, length:length + new] = v
         entry["len"] = length + new
+        if "k" in entry:  # the C kernel's layout (a cache that step_self created)
+            kc = entry["k"][:, :, :, 0]
+            kc[:, :, length:length + new] = k
+            return kc[:, :, :length + new], vc[:, :, :length + new]
+        ktc = entry["kt"][..., 0]
+        ktc[:, :, :, length:length + new] = k.transpose(2, 3)
         return ktc[:, :, :, :length + new].transpose(2, 3), vc[:, :, :length + new]
 
 
-    def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor, beam: int) -> dict:
+    def _cache_with_room(self, state: dict, rows: int, new: int, like: torch.Tensor, beam: int,
+                         kernel: bool = False) -> dict:
         """This module's self-attention cache entry, created (capacity ``state["_capacity"]``, else 16) or
-        grown by doubling so that ``new`` more positions fit."""
+        grown by doubling so that ``new`` more positions fit. ``kernel``: keys laid out for the C kernel
+        (``"k"`` [S, H, capacity, beam, d_k], see the module docstring) instead of transposed (``"kt"``)."""
         entry = state.get(self.state_key)
         if entry is None:
             cap = max(int(state.get("_capacity", 16)), new, 1)
-            entry = {"kt": like.new_empty(rows, self.num_heads, self.key_dim, cap, beam),
-                     "v": like.new_empty(rows, self.num_heads, cap, beam, self.value_dim), "len": 0}
+            keys = (("k", like.new_empty(rows, self.num_heads, cap, beam, self.key_dim)) if kernel
+                    else ("kt", like.new_empty(rows, self.num_heads, self.key_dim, cap, beam)))
+            entry = {keys[0]: keys[1], "v": like.new_empty(rows, self.num_heads, cap, beam, self.value_dim), "len": 0}
             state[self.state_key] = entry
         elif entry["len"] + new > entry["v"].size(2):
             _grow(entry, max(2 * entry["v"].size(2), entry["len"] + new))
@@ -215,8 +226,15 @@ class MultiheadAttention(nn.Module):
         sents = int(state["_sentences"]) if beam > 1 else rows
         w = rows // sents
         qkv = packed_linear.apply(self.in_proj, x)
-        entry = self._cache_with_room(state, sents, 1, qkv, beam)
+        entry = state.get(self.state_key)
+        kernel = cpu_kernels.usable(qkv) if entry is None else "k" in entry  # decided once per cache
+        entry = self._cache_with_room(state, sents, 1, qkv, beam, kernel)
         pos = entry["len"]
+        if kernel:
+            anc = _ancestry(state, sents, w, pos, entry["v"].size(2), qkv.device) if beam > 1 else None
+            entry["len"] = pos + 1
+            out = cpu_kernels.self_step(qkv, entry["k"], entry["v"], anc, sents, w, pos, self.scaling)
+            return packed_linear.apply(self.out_proj, out)
         ktc, vc = entry["kt"][:sents], entry["v"][:sents]
         ktc[:, :, :, pos, :w].copy_(qkv[:, hk:2 * hk].view(sents, w, h, dk).permute(0, 2, 3, 1))
         vc[:, :, pos, :w].copy_(qkv[:, 2 * hk:].view(sents, w, h, dv).transpose(1, 2))
@@ -249,11 +267,16 @@ class MultiheadAttention(nn.Module):
         """
         entry = state.get(self.state_key)
         if entry is None:
-            entry = self._cross_entry(encoder_out, key_padding_mask)
+            entry = self._cross_entry(encoder_out, key_padding_mask, cpu_kernels.usable(x))
             state[self.state_key] = entry
-        kt, v, bias = entry["kt"], entry["v"], entry["bias"]
-        sents, h, dk, src_len = kt.shape
         rows = x.size(0)
+        if "k" in entry and not need_weights:
+            w = rows // entry["k"].size(0)
+            q = packed_linear.apply(self.q_proj, x)
+            return packed_linear.apply(self.out_proj, cpu_kernels.cross_step(q, entry["k"], entry["v"], entry["pad"],
+                                                                             w, self.scaling)), None
+        kt, v, bias = self._cross_torch_layout(entry)
+        sents, h, dk, src_len = kt.shape
         w = rows // sents
         hv = self._split[2]
         q = packed_linear.apply(self.q_proj, x).view(sents, w, h, dk).transpose(1, 2)
@@ -272,21 +295,41 @@ class MultiheadAttention(nn.Module):
             probs = None
         return packed_linear.apply(self.out_proj, out), probs
 
-    def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor]) -> dict:
+    def _cross_entry(self, encoder_out: torch.Tensor, key_padding_mask: Optional[torch.Tensor],
+                     kernel: bool = False) -> dict:
         """Per sentence: keys stored transposed (``kt`` [n, H, d_k, S]) and values contiguous (``v`` [n, H, S,
         d_v]), the layouts batched matrix products take without copies, and the padding as an additive
         ``bias`` [n, H, 1, S] (0 or -inf, laid out per head once so that every step adds it by broadcasting;
-        None without padding). At a beam step the attention is three small
-        batched products (SDPA's CPU kernel costs about twice as much at these shapes)."""
+        None without padding). At a beam step the attention is then three small batched products (SDPA's
+        CPU kernel costs about twice as much at these shapes). For the C kernel (``kernel``): keys as ``k``
+        [n, H, S, d_k] and the padding as ``pad`` [n, S]."""
         k, v = self._project_kv(encoder_out)
         mask = key_padding_mask
+        blocked = mask is not None and bool(mask.any())
+        if kernel:
+            return {"k": k.contiguous(), "v": v.contiguous(), "pad": _additive_mask(mask, k) if blocked else None,
+                    "sentence_level": True}
         bias = None
-        if mask is not None and bool(mask.any()):
+        if blocked:
             bias = _additive_mask(mask, k)[:, None, None, :].expand(-1, self.num_heads, 1, -1).contiguous()
         return {"kt": k.transpose(2, 3).contiguous(), "v": v.contiguous(), "bias": bias, "sentence_level": True}
 
+    def _cross_torch_layout(self, entry: dict):
+        """``(kt, v, bias)`` of a cross-attention entry as the torch path takes them (a kernel-layout entry
+        is viewed so when attention weights are asked for)."""
+        if "kt" in entry:
+            return entry["kt"], entry["v"], entry["bias"]
+        pad = entry["pad"]
+        bias = None if pad is None else pad[:, None, None, :].expand(-1, self.num_heads, 1, -1).contiguous()
+        return entry["k"].transpose(2, 3), entry["v"], bias
 
-_POSITION_DIM = {"kt": 3, "v": 2}  # where a self-attention cache keeps its positions
+
+_POSITION_DIM = {"kt": 3, "k": 2, "v": 2}  # where a self-attention cache keeps its positions
+
+
+def _cache_names(entry: dict) -> list:
+    """The cache tensors of a self-attention entry (keys in one of two layouts, values)."""
+    return [name for name in _POSITION_DIM if name in entry]
 
 
 def _filled(buf: torch.Tensor, name: str, length: int) -> torch.Tensor:
@@ -296,7 +339,8 @@ def _filled(buf: torch.Tensor, name: str, length: int) -> torch.Tensor:
 
 def _grow(entry: dict, cap: int) -> None:
     length = entry["len"]
-    for name, dim in _POSITION_DIM.items():
+    for name in _cache_names(entry):
+        dim = _POSITION_DIM[name]
         old = entry[name]
         shape = list(old.shape)
         shape[dim] = cap
@@ -320,20 +364,29 @@ def _foreign_keys(state: dict, sents: int, w: int, pos: int, cap: int, heads: in
     if cached is not None and cached[0] == key:
         return cached[1]
     beam = int(state["_beam"])
-    anc = state.get("_ancestry")
-    if anc is None or anc.size(2) < cap:
-        rows = sents if anc is None else anc.size(0)  # sentences only ever leave: the first size holds
-        grown = torch.zeros(rows, beam, cap, dtype=torch.long, device=like.device)
-        if anc is not None:
-            grown[:, :, : anc.size(2)] = anc
-        anc = state["_ancestry"] = grown
-    anc[:sents, :w, pos] = torch.arange(w, device=anc.device)
+    anc = _ancestry(state, sents, w, pos, cap, like.device)
     foreign = anc[:sents, :w, : pos + 1].unsqueeze(3) != torch.arange(beam, device=anc.device)
     bias = _additive_mask(foreign, like).view(sents, 1, w, (pos + 1) * beam).expand(sents, heads, w, (pos + 1) * beam)
     bias = bias.reshape(sents * heads, w, (pos + 1) * beam)
     state["_ancestry_mask"] = (key, bias)
-    state["_ancestry_len"], state["_width"] = pos + 1, w
     return bias
+
+
+def _ancestry(state: dict, sents: int, w: int, pos: int, cap: int, device) -> torch.Tensor:
+    """The ancestry table ``[S, beam, >= cap]`` (int64) with step ``pos`` entered: each row's own slot at
+    ``pos``. Grown with the caches; done once per step (every layer calls it)."""
+    anc = state.get("_ancestry")
+    if state.get("_ancestry_step") == (pos, sents, w) and anc is not None and anc.size(2) >= cap:
+        return anc
+    if anc is None or anc.size(2) < cap:
+        rows = sents if anc is None else anc.size(0)  # sentences only ever leave: the first size holds
+        grown = torch.zeros(rows, int(state["_beam"]), cap, dtype=torch.long, device=device)
+        if anc is not None:
+            grown[:, :, : anc.size(2)] = anc
+        anc = state["_ancestry"] = grown
+    anc[:sents, :w, pos] = torch.arange(w, device=anc.device)
+    state["_ancestry_len"], state["_width"], state["_ancestry_step"] = pos + 1, w, (pos, sents, w)
+    return anc
 
 
 def _reorder_beams(state: dict, new_order: torch.Tensor, sentence_order: Optional[torch.Tensor]) -> None:
@@ -351,6 +404,7 @@ def _reorder_beams(state: dict, new_order: torch.Tensor, sentence_order: Optiona
         anc = state["_ancestry"]
         anc[:n_new, :, :length] = anc[src.unsqueeze(1), parent_beam, :length]
     state.pop("_ancestry_mask", None)
+    state.pop("_ancestry_step", None)
     state["_sentences"] = n_new
     if sentence_order is None:
         return
@@ -361,7 +415,7 @@ def _reorder_beams(state: dict, new_order: torch.Tensor, sentence_order: Optiona
     for entry in state.values():
         if isinstance(entry, dict) and "len" in entry:
             length = entry["len"]
-            for name in _POSITION_DIM:
+            for name in _cache_names(entry):
                 filled = _filled(entry[name], name, length)
                 filled[moved] = filled[src]
 
@@ -393,7 +447,7 @@ def reorder_state(state: dict, new_order: torch.Tensor, sentence_order: Optional
             if beam_layout:
                 continue
             length = entry["len"]
-            for name in _POSITION_DIM:
+            for name in _cache_names(entry):
                 buf = entry[name]
                 if buf.requires_grad and torch.is_grad_enabled():  # out= does not record gradients
                     entry[name] = buf.index_select(0, new_order)
