@@ -75,3 +75,20 @@ def test_incremental_self_attention_and_reorder():
     fullr, _ = attn(xr, causal=True)
     steps = [attn(xr[:, t:t + 1], causal=True, incremental_state=state)[0] for t in range(10, 20)]
     assert torch.allclose(torch.cat(steps, 1), fullr[:, 10:], atol=1e-5)
+
+
+def test_sdpa_backends_leave_out_cudnn_on_cuda_only():
+    """cuDNN's attention plans every new shape (token-based batches: a new shape nearly every step); the trainer
+    and the generator run SDPA without it on GPUs, and restore torch's switches afterwards."""
+    from nmt_toolkit.modules.attention import sdpa_backends
+
+    before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+              torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())
+    with sdpa_backends(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    with sdpa_backends(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before[0]
+    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+            torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()) == before

@@ -35,6 +35,7 @@ sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop 
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional, Sequence
 
@@ -43,6 +44,7 @@ import torch
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.sampling import sample_candidates
 from nmt_toolkit.modules import cpu_kernels
+from nmt_toolkit.modules.attention import sdpa_backends
 
 NEG_INF = float("-inf")
 
@@ -75,6 +77,18 @@ def _row_topk(x: torch.Tensor, kk: int):
     idx = (groups.unsqueeze(2) + torch.arange(0, width, m, device=x.device)).view(rows, kk * c)
     values, j = x.gather(1, idx).topk(kk, dim=1)
     return values, idx.gather(1, j)
+
+
+def _on_device_sdpa(method):
+    """Run a generator method inside :func:`~nmt_toolkit.modules.attention.sdpa_backends` for its model's
+    device (the encoder and the teacher-forced decoder meet a new batch shape with every batch)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with sdpa_backends(self._device()):
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _compacting_order(done: torch.Tensor) -> torch.Tensor:
@@ -138,6 +152,7 @@ class SequenceGenerator:
         return length_penalty(length, self.lenpen, self.lenpen_style)
 
     # ------------------------------------------------------------------ search
+    @_on_device_sdpa
     @torch.inference_mode()
     def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
                  prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False) -> list[list[dict]]:
@@ -397,6 +412,7 @@ class SequenceGenerator:
         return out
 
     # ------------------------------------------------------------------ teacher forcing
+    @_on_device_sdpa
     @torch.inference_mode()
     def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
                         need_attn: bool = False) -> list[list[dict]]:

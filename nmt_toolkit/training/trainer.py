@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 
 from nmt_toolkit.errors import NmtError
+from nmt_toolkit.modules.attention import sdpa_backends
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.state import get_rng_state
 
@@ -111,7 +112,7 @@ class Trainer:
                 self._dummy = sample
             no_sync = self.world_size > 1 and i < last
             with (self.wrapped.no_sync() if no_sync else contextlib.nullcontext()):
-                with self.autocast():
+                with self.autocast(), sdpa_backends(self.device):
                     loss, sample_size, log = self.criterion(self.wrapped, sample)
                 if dummy:  # still join the gradient all-reduce, contributing nothing
                     loss, log = loss * 0.0, {}
@@ -185,7 +186,7 @@ class Trainer:
         if not sample:
             return {k: 0.0 for k in _STAT_KEYS}
         sample = move_to(sample, self.device)
-        with self.autocast():
+        with self.autocast(), sdpa_backends(self.device):
             _, _, log = self.criterion(self.model, sample)
         return {k: float(log.get(k, 0)) for k in _STAT_KEYS}
 
