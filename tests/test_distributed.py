@@ -46,6 +46,7 @@ def test_torchrun_equals_update_freq_2(tiny_bin, tmp_path):
            "-m", "nmt_toolkit.cli.train", tiny_bin, *TINY, *NODROP, "--save-dir", str(tmp_path / "ddp")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert "world size 2 (gloo)" in p.stdout + p.stderr  # the log names the process group's backend
     want = load(tmp_path / "ref" / "checkpoint_last.pt")["model"]
     assert max_diff(want, load(tmp_path / "ddp" / "checkpoint_last.pt")["model"]) <= 1e-5
 

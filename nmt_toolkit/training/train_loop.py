@@ -114,6 +114,15 @@ def config_dict(configs: dict[str, Any]) -> dict:
     return to_dict(configs)
 
 
+def _backend_note(info: distributed.DistInfo) -> str:
+    """`` (nccl)``: the process group's backend, when there is one (one process runs without any)."""
+    import torch.distributed as dist
+
+    if info.world_size > 1 and dist.is_available() and dist.is_initialized():
+        return f" ({dist.get_backend()})"
+    return ""
+
+
 def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] = None) -> int:
     info = info or distributed.DistInfo()
     comp, opt, ck, prec, lg = (configs[k] for k in ("components", "optimization", "checkpoint", "precision", "logging"))
@@ -154,7 +163,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     progress.message(model_summary(model, configs["model"]))
     progress.message(f"task {comp.task} | criterion {comp.criterion} | optimizer {comp.optimizer} "
                      f"({type(optimizer).__name__}) | lr scheduler {comp.lr_scheduler} | device {device} | "
-                     f"world size {info.world_size} | precision {precision_of(prec) or 'fp32'}")
+                     f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}")
     stored_config = config_dict(configs)
     if info.is_master and not ck.no_save:
         os.makedirs(ck.save_dir, exist_ok=True)
