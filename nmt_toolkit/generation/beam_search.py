@@ -305,7 +305,7 @@ class SequenceGenerator:
         if self.sampling or not self.model.single or self.vocab_size < _CHUNKED_TOPK_MIN_VOCAB:
             return False
         p = next(self.model.parameters(), None)
-        return p is not None and cpu_kernels.usable(torch.empty(0, dtype=p.dtype, device=p.device))
+        return p is not None and cpu_kernels.usable(p)
 
     def _constrain(self, lprobs, tokens, step, row_max, prefix_rows):
         """Apply pad ban, <unk> penalty, min/max length, forced prefix and the no-repeat-n-gram ban."""

@@ -1,4 +1,4 @@
-"""The attention of one decoding step on the CPU as a small C kernel (csrc/step_attention.c).
+"""A CPU decoding step's attention and candidate selection as small C kernels (csrc/step_attention.c).
 
 Why. After the linear layers (modules/packed_linear.py), the largest part of a beam step on the CPU was the
 attention over the caches: measured on the 2-core reference machine, a small-model decode of 64-sentence
@@ -93,11 +93,11 @@ def _compile(compiler: list[str], flags: tuple, target: pathlib.Path) -> None:
 
 def _build() -> Optional[ctypes.CDLL]:
     if os.environ.get(ENV, "1") == "0":
-        logger.debug("C attention kernel off (%s=0)", ENV)
+        logger.debug("C decoding kernels off (%s=0)", ENV)
         return None
     compiler = shlex.split(os.environ.get("CC", "")) or ["cc"]
     if shutil.which(compiler[0]) is None:
-        logger.debug("C attention kernel unavailable: no C compiler (%s)", compiler[0])
+        logger.debug("C decoding kernels unavailable: no C compiler (%s)", compiler[0])
         return None
     source = SOURCE.read_bytes()
     errors = []
@@ -111,14 +111,14 @@ def _build() -> Optional[ctypes.CDLL]:
         except (OSError, subprocess.SubprocessError) as exc:
             detail = (getattr(exc, "stderr", b"") or b"").decode(errors="replace").strip()
             errors.append(f"{' '.join(compiler + list(flags))}: {exc} {detail[:300]}")
-            logger.debug("C attention kernel: build failed: %s", errors[-1])
+            logger.debug("C decoding kernels: build failed: %s", errors[-1])
             continue
         lib.nmt_self_step.argtypes = [_p, _i64, _p, _p, _i64, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64, _i64,
-                                      _i64, _f, _p]
-        lib.nmt_cross_step.argtypes = [_p, _i64, _p, _p, _p, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _f, _p]
+                                      _f, _p]
+        lib.nmt_cross_step.argtypes = [_p, _i64, _p, _p, _p, _i64, _i64, _i64, _i64, _i64, _i64, _f, _p]
         lib.nmt_self_step.restype = lib.nmt_cross_step.restype = ctypes.c_int
-        lib.nmt_row_logsumexp.argtypes = [_p, _i64, _i64, _i64, _i64, _p]
-        lib.nmt_row_topk.argtypes = [_p, _i64, _i64, _i64, _i64, _i64, _p, _p]
+        lib.nmt_row_logsumexp.argtypes = [_p, _i64, _i64, _i64, _p]
+        lib.nmt_row_topk.argtypes = [_p, _i64, _i64, _i64, _i64, _p, _p]
         lib.nmt_row_logsumexp.restype = lib.nmt_row_topk.restype = None
         return lib
     logger.warning("the C decoding kernels failed to build (%s); decoding takes torch's slower code path "
@@ -139,7 +139,8 @@ def library() -> Optional[ctypes.CDLL]:
 
 
 def usable(x: torch.Tensor) -> bool:
-    """Whether a decoding step on ``x`` (its activations) takes the C kernels (see the module docstring)."""
+    """Whether a decoding step on tensors like ``x`` (its activations, or the model's weights) takes the C
+    kernels (see the module docstring)."""
     return (x.device.type == "cpu" and x.dtype == torch.float32 and torch.is_inference_mode_enabled()
             and torch.get_num_threads() == 1 and library() is not None)
 
@@ -170,7 +171,7 @@ def self_step(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, a
     out = qkv.new_empty(rows, heads * dv)
     _status(library().nmt_self_step(qkv.data_ptr(), qkv.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), cap, beam,
                                     None if ancestry is None else ancestry.data_ptr(),
-                                    0 if ancestry is None else ancestry.size(2), 0, sents, w, heads, dk, dv, pos,
+                                    0 if ancestry is None else ancestry.size(2), sents, w, heads, dk, dv, pos,
                                     scaling, out.data_ptr()))
     return out
 
@@ -186,7 +187,7 @@ def cross_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional
     _check(k, v, *(() if bias is None else (bias,)))
     out = q.new_empty(q.size(0), heads * dv)
     _status(library().nmt_cross_step(q.data_ptr(), q.stride(0), k.data_ptr(), v.data_ptr(),
-                                     None if bias is None else bias.data_ptr(), 0, sents, w, heads, dk, dv, src_len,
+                                     None if bias is None else bias.data_ptr(), sents, w, heads, dk, dv, src_len,
                                      scaling, out.data_ptr()))
     return out
 
@@ -203,7 +204,7 @@ def row_logsumexp(x: torch.Tensor) -> torch.Tensor:
     x = _rows_view(x)
     rows, width = x.shape
     out = x.new_empty(rows)
-    library().nmt_row_logsumexp(x.data_ptr(), x.stride(0), width, 0, rows, out.data_ptr())
+    library().nmt_row_logsumexp(x.data_ptr(), x.stride(0), width, rows, out.data_ptr())
     return out
 
 
@@ -216,5 +217,5 @@ def row_topk(x: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"row_topk: k={kk} for rows of {width}")
     values = x.new_empty(rows, kk)
     index = torch.empty(rows, kk, dtype=torch.long)
-    library().nmt_row_topk(x.data_ptr(), x.stride(0), width, kk, 0, rows, values.data_ptr(), index.data_ptr())
+    library().nmt_row_topk(x.data_ptr(), x.stride(0), width, kk, rows, values.data_ptr(), index.data_ptr())
     return values, index

@@ -62,13 +62,13 @@ static inline int softmax_in_place(float *scores, int64_t n) {
  *       written at position pos, slot b (rows of sentence s are beams 0..w-1).
  * anc   [*, beam, anc_cap] int64: the slot holding row (s, b)'s ancestor at each position (already holding b
  *       at pos), or NULL when beam == 1 (every row its own line, slot 0).
- * out   [rows, heads*dv]. Only sentences s_begin <= s < s_end are done (a caller may share a step out).
+ * out   [rows, heads*dv], rows = sents * w.
  * Returns 0, or -1 when out of memory. */
 int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_t cap, int64_t beam,
-                  const int64_t *anc, int64_t anc_cap, int64_t s_begin, int64_t s_end, int64_t w, int64_t heads,
+                  const int64_t *anc, int64_t anc_cap, int64_t sents, int64_t w, int64_t heads,
                   int64_t dk, int64_t dv, int64_t pos, float scaling, float *out) {
     const int64_t hk = heads * dk, hv = heads * dv, len = pos + 1;
-    for (int64_t s = s_begin; s < s_end; ++s)
+    for (int64_t s = 0; s < sents; ++s)
         for (int64_t b = 0; b < w; ++b) {
             const float *row = qkv + (s * w + b) * ld_qkv;
             for (int64_t h = 0; h < heads; ++h) {
@@ -82,7 +82,7 @@ int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_
     float *scores = malloc((size_t)(w * len) * sizeof(float));
     if (!scores) return -1;
     int skip[w > 0 ? w : 1];
-    for (int64_t s = s_begin; s < s_end; ++s)
+    for (int64_t s = 0; s < sents; ++s)
         for (int64_t h = 0; h < heads; ++h) {
             const float *keys = kc + (s * heads + h) * cap * beam * dk;
             const float *values = vc + (s * heads + h) * cap * beam * dv;
@@ -117,15 +117,15 @@ int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_
 
 /* Encoder-decoder attention of one step: the w rows of sentence s attend to its src_len encoder positions.
  * q     [rows, ld_q] (heads*dk from column 0); k [sents, heads, src_len, dk], v [sents, heads, src_len, dv];
- * bias  [sents, src_len] (0 or -inf at padding) or NULL; out [rows, heads*dv]; sentences s_begin <= s < s_end.
+ * bias  [sents, src_len] (0 or -inf at padding) or NULL; out [rows, heads*dv], rows = sents * w.
  * Returns 0, or -1 when out of memory. */
-int nmt_cross_step(const float *q, int64_t ld_q, const float *k, const float *v, const float *bias, int64_t s_begin,
-                   int64_t s_end, int64_t w, int64_t heads, int64_t dk, int64_t dv, int64_t src_len, float scaling,
+int nmt_cross_step(const float *q, int64_t ld_q, const float *k, const float *v, const float *bias, int64_t sents,
+                   int64_t w, int64_t heads, int64_t dk, int64_t dv, int64_t src_len, float scaling,
                    float *out) {
     const int64_t hv = heads * dv;
     float *scores = malloc((size_t)(w * src_len) * sizeof(float));
     if (!scores) return -1;
-    for (int64_t s = s_begin; s < s_end; ++s)
+    for (int64_t s = 0; s < sents; ++s)
         for (int64_t h = 0; h < heads; ++h) {
             const float *keys = k + (s * heads + h) * src_len * dk;
             const float *values = v + (s * heads + h) * src_len * dv;
@@ -206,9 +206,9 @@ static inline float sum_exp_shifted(const float *row, int64_t start, int64_t end
 
 #define LSE_BLOCK 512
 
-/* lse[r] for rows r_begin <= r < r_end of x (row stride ld); a row of -inf only gives -inf. */
-void nmt_row_logsumexp(const float *x, int64_t ld, int64_t width, int64_t r_begin, int64_t r_end, float *lse) {
-    for (int64_t r = r_begin; r < r_end; ++r) {
+/* lse[r] for the rows of x (row stride ld); a row of -inf only gives -inf. */
+void nmt_row_logsumexp(const float *x, int64_t ld, int64_t width, int64_t rows, float *lse) {
+    for (int64_t r = 0; r < rows; ++r) {
         const float *row = x + r * ld;
         float top = -INFINITY, sum = 0.0f;
         for (int64_t start = 0; start < width; start += LSE_BLOCK) {  /* a block: its max, then its exps (in L1) */
@@ -230,12 +230,12 @@ void nmt_row_logsumexp(const float *x, int64_t ld, int64_t width, int64_t r_begi
 #define TOPK_CHUNK 16
 
 /* The kk largest values of each row (descending; equal values by lower index first) and their columns, for
- * rows r_begin <= r < r_end; values [rows, kk], index [rows, kk]. A chunk whose maximum does not beat the
+ * every row; values [rows, kk], index [rows, kk]. A chunk whose maximum does not beat the
  * current kk-th value is skipped after one vector comparison, which is almost every chunk. -inf values are
  * returned only when a row has fewer than kk finite ones (then with the lowest such columns). */
-void nmt_row_topk(const float *x, int64_t ld, int64_t width, int64_t kk, int64_t r_begin, int64_t r_end,
+void nmt_row_topk(const float *x, int64_t ld, int64_t width, int64_t kk, int64_t rows,
                   float *values, int64_t *index) {
-    for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
         const float *row = x + r * ld;
         float *val = values + r * kk;
         int64_t *idx = index + r * kk;
