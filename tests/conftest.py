@@ -74,17 +74,21 @@ def cpu_kernels_lib():
     return _require_cpu_kernels()
 
 
-@pytest.fixture(params=["c-kernels", "torch"])
+@pytest.fixture(params=["c-kernels", "c-kernels-2-threads", "torch"])
 def decode_kernels(request, monkeypatch):
-    """Runs a decoding test twice: with the C kernels of modules/cpu_kernels.py and with torch's code path."""
+    """Runs a decoding test three ways: with the C kernels of modules/cpu_kernels.py on one thread, with them
+    sharing two OpenMP threads (where the build has OpenMP), and with torch's code path."""
     from nmt_toolkit.modules import cpu_kernels
 
     if request.param == "torch":
         monkeypatch.setattr(cpu_kernels, "_library", None)
         monkeypatch.setattr(cpu_kernels, "_tried", True)
     else:
-        _require_cpu_kernels()
+        lib = _require_cpu_kernels()
         import torch
 
-        torch.set_num_threads(1)  # the kernels serve one-thread decoding (restored by _few_threads)
+        threads = 2 if request.param.endswith("2-threads") else 1
+        if threads > 1 and not lib.nmt_openmp():
+            pytest.skip("the decoding kernels were built without OpenMP: one thread only")
+        torch.set_num_threads(threads)  # restored by _few_threads
     return request.param

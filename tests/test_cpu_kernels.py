@@ -119,15 +119,55 @@ def test_row_topk_breaks_ties_by_the_lower_column(lib):
     assert values.tolist() == [[3.0, 3.0, 3.0, 2.0]] and index.tolist() == [[1, 2, 4, 3]]
 
 
-def test_kernels_serve_one_thread_inference_on_float32_cpu_tensors(lib):
+def test_kernels_serve_inference_on_float32_cpu_tensors(lib):
     x = torch.zeros(2, 3)
     torch.set_num_threads(1)
     assert not cpu_kernels.usable(x)  # outside inference mode
     with torch.inference_mode():
         assert cpu_kernels.usable(x)
         assert not cpu_kernels.usable(x.double())
-        torch.set_num_threads(2)  # several intra-op threads on one batch: torch's kernels share the work
-        assert not cpu_kernels.usable(x)
+        torch.set_num_threads(2)  # several intra-op threads: only a build that shares them through OpenMP
+        assert cpu_kernels.usable(x) == bool(lib.nmt_openmp())
+
+
+def test_the_openmp_build_is_chosen_where_the_compiler_has_it(lib):
+    """The first flags tried are the OpenMP ones; a compiler here that links -fopenmp must have produced them."""
+    import shutil
+
+    probe = subprocess.run([shutil.which(os.environ.get("CC", "cc")) or "cc", "-fopenmp", "-x", "c", "-shared", "-fPIC",
+                            "-o", os.devnull, "-"], input=b"int f(void){return 0;}", capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("this compiler does not link -fopenmp")
+    assert lib.nmt_openmp() == 1
+
+
+@pytest.mark.parametrize("sents", [3, 8, 13])
+def test_threaded_kernels_equal_the_one_thread_results_bit_for_bit(lib, sents):
+    """Each sentence (row) is computed by one thread as in a serial call: the thread count changes nothing,
+    including below the size where a call stays on one thread."""
+    if not lib.nmt_openmp():
+        pytest.skip("built without OpenMP")
+    g = torch.Generator().manual_seed(sents)
+    heads, cap, beam, dk, pos, src = 4, 12, 4, 64, 9, 7
+    kc, vc = torch.randn(sents, heads, cap, beam, dk, generator=g), torch.randn(sents, heads, cap, beam, dk, generator=g)
+    qkv = torch.randn(sents * beam, 3 * heads * dk, generator=g)
+    anc = torch.randint(0, beam, (sents, beam, cap), generator=g)
+    anc[:, :, pos] = torch.arange(beam)
+    k, v = torch.randn(sents, heads, src, dk, generator=g), torch.randn(sents, heads, src, dk, generator=g)
+    bias = torch.zeros(sents, src)
+    bias[0, -2:] = float("-inf")
+    q = torch.randn(sents * beam, heads * dk, generator=g)
+    logits = torch.randn(sents * 40, 3000, generator=g) * 3
+    results = []
+    with torch.inference_mode():
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            caches = (kc.clone(), vc.clone())
+            results.append([cpu_kernels.self_step(qkv, *caches, anc, sents, beam, pos, 0.125), *caches,
+                            cpu_kernels.cross_step(q, k, v, bias, beam, 0.125), cpu_kernels.row_logsumexp(logits),
+                            *cpu_kernels.row_topk(logits, 8)])
+    for one, two in zip(*results):
+        assert torch.equal(one, two)
 
 
 def test_kernels_reject_layouts_they_cannot_read(lib):
@@ -138,9 +178,13 @@ def test_kernels_reject_layouts_they_cannot_read(lib):
         cpu_kernels.self_step(torch.randn(2, 24), kc, torch.randn(1, 1, 4, 2, 8), None, 1, 2, 0, 1.0)
 
 
-def test_a_one_thread_beam_search_runs_every_kernel(lib, monkeypatch):
-    """A beam search on one thread (a decode worker) takes the attention and candidate kernels; its result
-    equals torch's path (the decoding tests of test_beam_search.py compare the two in detail)."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_beam_search_runs_every_kernel(lib, monkeypatch, threads):
+    """A beam search on one thread (a decode worker), or on two with an OpenMP build, takes the attention
+    and candidate kernels; its result equals torch's path (the decoding tests of test_beam_search.py compare
+    the two in detail)."""
+    if threads > 1 and not lib.nmt_openmp():
+        pytest.skip("built without OpenMP")
     from nmt_toolkit.data.dictionary import Dictionary
     from nmt_toolkit.generation.beam_search import SequenceGenerator
     from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
@@ -152,17 +196,17 @@ def test_a_one_thread_beam_search_runs_every_kernel(lib, monkeypatch):
     cfg = TransformerConfig(encoder_layers=1, decoder_layers=2, embed_dim=32, ffn_embed_dim=64, attention_heads=4,
                             dropout=0.0)
     model = TransformerModel.build_model(cfg, d, d).eval()
-    src = torch.randint(4, len(d), (3, 6))
+    src = torch.randint(4, len(d), (9, 6))  # enough sentences for two threads to share them
     src[:, -1] = d.eos()
     src[2, 3:] = d.pad()
-    lengths = torch.tensor([6, 6, 3])
+    lengths = torch.tensor([6, 6, 3] + [6] * 6)
     gen = SequenceGenerator([model], d, beam_size=4, max_len_b=5)
     calls = {}
     for name in ("self_step", "cross_step", "row_logsumexp", "row_topk"):
         real = getattr(cpu_kernels, name)
         monkeypatch.setattr(cpu_kernels, name, lambda *a, _real=real, _name=name: (
             calls.__setitem__(_name, calls.get(_name, 0) + 1), _real(*a))[1])
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     fast = gen.generate(src, lengths)
     assert set(calls) == {"self_step", "cross_step", "row_logsumexp", "row_topk"}
     monkeypatch.setattr(cpu_kernels, "_library", None)
@@ -207,3 +251,27 @@ def test_switched_off_or_failing_builds_fall_back_to_torch(tmp_path):
     failed = _probe({"CC": str(broken), cpu_kernels.CACHE_ENV: str(tmp_path / "cache")})
     assert failed.stdout.strip() == "none" and "failed" in failed.stderr
     assert not list((tmp_path / "cache").glob("*"))  # no half-written library left behind
+
+
+def test_a_compiler_without_openmp_builds_the_one_thread_kernels(tmp_path):
+    """-fopenmp refused (no libgomp to link): the next flags build kernels that serve one-thread decoding."""
+    import shutil
+
+    real = shutil.which(os.environ.get("CC", "cc"))
+    if real is None:
+        pytest.skip("no C compiler")
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && {{ echo "no libgomp" >&2; exit 1; }}; done\n'
+                  f'exec {real} "$@"\n')
+    cc.chmod(0o755)
+    probe = textwrap.dedent("""
+        import torch
+        from nmt_toolkit.modules import cpu_kernels
+        lib = cpu_kernels.library()
+        torch.set_num_threads(2)
+        with torch.inference_mode():
+            print(lib is not None, lib.nmt_openmp(), cpu_kernels.usable(torch.zeros(1)))
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CC": str(cc), cpu_kernels.CACHE_ENV: str(tmp_path / "cache")})
+    assert out.stdout.split() == ["True", "0", "False"], out.stderr
