@@ -140,6 +140,7 @@ def _build() -> Optional[ctypes.CDLL]:
         lib.nmt_row_logsumexp.restype = lib.nmt_row_topk.restype = None
         lib.nmt_openmp.argtypes = []
         lib.nmt_openmp.restype = ctypes.c_int
+        lib.openmp = bool(lib.nmt_openmp())  # asked once: usable() runs for every new cache
         return lib
     logger.warning("the C decoding kernels failed to build (%s); decoding takes torch's slower code path "
                    "(%s=0 skips the build)", errors[-1].splitlines()[0][:200], ENV)
@@ -164,7 +165,7 @@ def usable(x: torch.Tensor) -> bool:
     if not (x.device.type == "cpu" and x.dtype == torch.float32 and torch.is_inference_mode_enabled()):
         return False
     lib = library()
-    return lib is not None and (torch.get_num_threads() == 1 or bool(lib.nmt_openmp()))
+    return lib is not None and (torch.get_num_threads() == 1 or lib.openmp)
 
 
 def _status(code: int) -> None:

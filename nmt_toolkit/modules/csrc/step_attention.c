@@ -37,6 +37,17 @@ static inline void axpy_n(float *restrict y, float a, const float *restrict x, i
 #define MIN_SENTENCES_PER_THREAD 4
 #define MIN_ROWS_PER_THREAD 16
 
+#ifdef _OPENMP
+#define OMP(directive) _Pragma(#directive)
+#else
+#define OMP(directive)
+#endif
+
+/* The team for a call over `items` sentences or rows: the caller's thread count, or 1 for a small call. */
+static inline int team(int64_t threads, int64_t items, int64_t min_per_thread) {
+    return threads > 1 && items >= 2 * min_per_thread ? (int)threads : 1;
+}
+
 int nmt_openmp(void) {
 #ifdef _OPENMP
     return 1;
@@ -88,16 +99,13 @@ int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_
                   const int64_t *anc, int64_t anc_cap, int64_t sents, int64_t w, int64_t heads,
                   int64_t dk, int64_t dv, int64_t pos, float scaling, float *out, int64_t threads) {
     const int64_t hk = heads * dk, hv = heads * dv, len = pos + 1;
+    const int nt = team(threads, sents, MIN_SENTENCES_PER_THREAD);
     int failed = 0;
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads > 1 && sents >= MIN_SENTENCES_PER_THREAD * 2 ? threads : 1) reduction(| : failed)
-#endif
+    (void)nt;
+    OMP(omp parallel num_threads(nt) reduction(| : failed))
     {
     /* each thread: its share of the sentences, and its own score buffer */
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+    OMP(omp for schedule(static))
     for (int64_t s = 0; s < sents; ++s)
         for (int64_t b = 0; b < w; ++b) {
             const float *row = qkv + (s * w + b) * ld_qkv;
@@ -112,9 +120,7 @@ int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_
     float *scores = malloc((size_t)(w * len) * sizeof(float));
     int skip[w > 0 ? w : 1];
     if (!scores) failed = 1;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+    OMP(omp for schedule(static))
     for (int64_t s = 0; s < sents; ++s)
         for (int64_t h = 0; h < heads && scores; ++h) {
             const float *keys = kc + (s * heads + h) * cap * beam * dk;
@@ -123,7 +129,10 @@ int nmt_self_step(const float *qkv, int64_t ld_qkv, float *kc, float *vc, int64_
             for (int64_t p = 0; p < len; ++p) {
                 const float *block = keys + p * beam * dk;
                 /* PF positions ahead, running on into this head's values: one unbroken stream */
-                prefetch(p + PF < len ? block + PF * beam * dk : values + (p + PF - len) * beam * dv, beam * dk);
+                if (p + PF < len)
+                    prefetch(block + PF * beam * dk, beam * dk);
+                else
+                    prefetch(values + (p + PF - len) * beam * dv, beam * dv);
                 for (int64_t b = 0; b < w; ++b) {
                     const int64_t slot = lines ? lines[b * anc_cap + p] : 0;
                     scores[b * len + p] = scaling * dot(qkv + (s * w + b) * ld_qkv + h * dk, block + slot * dk, dk);
@@ -159,17 +168,14 @@ int nmt_cross_step(const float *q, int64_t ld_q, const float *k, const float *v,
                    int64_t w, int64_t heads, int64_t dk, int64_t dv, int64_t src_len, float scaling,
                    float *out, int64_t threads) {
     const int64_t hv = heads * dv;
+    const int nt = team(threads, sents, MIN_SENTENCES_PER_THREAD);
     int failed = 0;
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads > 1 && sents >= MIN_SENTENCES_PER_THREAD * 2 ? threads : 1) reduction(| : failed)
-#endif
+    (void)nt;
+    OMP(omp parallel num_threads(nt) reduction(| : failed))
     {
     float *scores = malloc((size_t)(w * src_len) * sizeof(float));
     if (!scores) failed = 1;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
+    OMP(omp for schedule(static))
     for (int64_t s = 0; s < sents; ++s)
         for (int64_t h = 0; h < heads && scores; ++h) {
             const float *keys = k + (s * heads + h) * src_len * dk;
@@ -254,10 +260,9 @@ static inline float sum_exp_shifted(const float *row, int64_t start, int64_t end
 
 /* lse[r] for the rows of x (row stride ld); a row of -inf only gives -inf. */
 void nmt_row_logsumexp(const float *x, int64_t ld, int64_t width, int64_t rows, float *lse, int64_t threads) {
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads > 1 && rows >= MIN_ROWS_PER_THREAD * 2 ? threads : 1)
-#endif
+    const int nt = team(threads, rows, MIN_ROWS_PER_THREAD);
+    (void)nt;
+    OMP(omp parallel for schedule(static) num_threads(nt))
     for (int64_t r = 0; r < rows; ++r) {
         const float *row = x + r * ld;
         float top = -INFINITY, sum = 0.0f;
@@ -285,10 +290,9 @@ void nmt_row_logsumexp(const float *x, int64_t ld, int64_t width, int64_t rows, 
  * returned only when a row has fewer than kk finite ones (then with the lowest such columns). */
 void nmt_row_topk(const float *x, int64_t ld, int64_t width, int64_t kk, int64_t rows,
                   float *values, int64_t *index, int64_t threads) {
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(threads > 1 && rows >= MIN_ROWS_PER_THREAD * 2 ? threads : 1)
-#endif
+    const int nt = team(threads, rows, MIN_ROWS_PER_THREAD);
+    (void)nt;
+    OMP(omp parallel for schedule(static) num_threads(nt))
     for (int64_t r = 0; r < rows; ++r) {
         const float *row = x + r * ld;
         float *val = values + r * kk;
