@@ -32,6 +32,7 @@ setup(
         "nmt_toolkit.generation",
         "nmt_toolkit.scoring",
         "nmt_toolkit.tasks",
+        "nmt_toolkit.export",
         "nmt_toolkit.cli",
     ],
     package_dir={"nmt_toolkit.cli": "cli"},

@@ -45,6 +45,10 @@ class TransformerConfig:
                                            "(the paper uses post-norm)")
     positional_embeddings: str = option("sinusoidal", "sinusoidal (section 3.5, any length) or learned "
                                                       "(Table 3 row E)", choices=["sinusoidal", "learned"])
+    sinusoid_layout: str = option("paper", "sinusoidal encodings as in the paper (sin/cos interleaved) or as "
+                                           "fairseq lays them out (sine half, cosine half, positions from "
+                                           "padding_idx+1): for models made by or for fairseq",
+                                  choices=["paper", "fairseq"])
     max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)")
     share_all_embeddings: bool = option(False, "one matrix for encoder input, decoder input and pre-softmax "
                                                "weights (needs a joined dictionary)")
@@ -66,6 +70,8 @@ class TransformerConfig:
                              f"{self.attention_heads}; set --key-dim and --value-dim explicitly")
         if self.activation_fn not in ("relu", "gelu"):
             raise UsageError(f"--activation-fn {self.activation_fn}: expected relu or gelu")
+        if self.sinusoid_layout not in ("paper", "fairseq"):
+            raise UsageError(f"--sinusoid-layout {self.sinusoid_layout}: expected paper or fairseq")
         if self.positional_embeddings not in ("sinusoidal", "learned"):
             raise UsageError(f"--positional-embeddings {self.positional_embeddings}: expected sinusoidal or learned")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
@@ -97,7 +103,7 @@ class _Embedder(nn.Module):
         self.embed_tokens = embed_tokens
         self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(cfg.embed_dim)
         self.embed_positions = build_positional_embedding(cfg.positional_embeddings, cfg.embed_dim,
-                                                          cfg.max_positions)
+                                                          cfg.max_positions, cfg.sinusoid_layout)
         self.dropout = cfg.dropout
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -98,17 +98,22 @@ class MultiheadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform per projection (Q, K, V initialised as if they were separate layers), zero biases."""
+        """fairseq's initialisation, so that the same recipe learns the same model (docs/training.md, "Parity
+        with fairseq"): Q, K and V Xavier-uniform with gain 1/sqrt(2), each block as if it were its own
+        ``Linear(embed_dim, n)`` (fairseq notes that convergence is clearly better with the smaller scale), their
+        biases as ``nn.Linear``'s default U(-1/sqrt(d), 1/sqrt(d)); the output projection Xavier-uniform with a
+        zero bias. The paper does not say how it initialised."""
         hk, _, hv = self._split
         blocks = ([(self.in_proj, self._split)] if self.self_attention
                   else [(self.q_proj, (hk,)), (self.kv_proj, (hk, hv))])
         for layer, rows in blocks:
             start = 0
             for n in rows:
-                bound = math.sqrt(6.0 / (self.embed_dim + n))
+                bound = math.sqrt(6.0 / (self.embed_dim + n)) / math.sqrt(2.0)
                 nn.init.uniform_(layer.weight[start:start + n], -bound, bound)
                 start += n
-            nn.init.zeros_(layer.bias)
+            bias_bound = 1.0 / math.sqrt(self.embed_dim)
+            nn.init.uniform_(layer.bias, -bias_bound, bias_bound)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 

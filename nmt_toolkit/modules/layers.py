@@ -32,9 +32,7 @@ class FeedForward(nn.Module):
         self.fc2 = nn.Linear(ffn_embed_dim, embed_dim)
         self.activation = ACTIVATIONS[activation_fn]
         self.activation_dropout = activation_dropout
-        for fc in (self.fc1, self.fc2):
-            nn.init.xavier_uniform_(fc.weight)
-            nn.init.zeros_(fc.bias)
+        # fc1 and fc2 keep nn.Linear's default initialisation, as fairseq's do (docs/training.md, parity)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training and self.activation is F.relu:  # no dropout: ReLU fused into fc1 (or in place)

@@ -29,20 +29,50 @@ def sinusoidal_table(num_positions: int, dim: int, offset: int = 0) -> torch.Ten
     return table.float()
 
 
-class SinusoidalPositionalEmbedding(nn.Module):
-    """The fixed encoding of section 3.5 for any length: the table is cached and extended on demand."""
+def fairseq_sinusoidal_table(num_positions: int, dim: int, offset: int = 0, padding_idx: int = 1) -> torch.Tensor:
+    """fairseq's (and tensor2tensor's) variant of section 3.5, for models trained by or for fairseq::
 
-    def __init__(self, dim: int, init_size: int = 256):
+        PE(pos, i)       = sin(p · 10000^(-i / (d/2 - 1)))    i < d/2
+        PE(pos, d/2 + i) = cos(p · 10000^(-i / (d/2 - 1)))    with p = pos + padding_idx + 1
+
+    (the sine half, then the cosine half; fairseq counts positions from ``padding_idx + 1``). Computed in
+    float32 with fairseq's own operations, so that an imported fairseq model sees bit-identical encodings.
+    """
+    import math
+
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    first = offset + padding_idx + 1
+    angle = torch.arange(first, first + num_positions, dtype=torch.float).unsqueeze(1) * freq.unsqueeze(0)
+    table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)
+    return table
+
+
+SINUSOID_LAYOUTS = {"paper": sinusoidal_table, "fairseq": fairseq_sinusoidal_table}
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """The fixed encoding of section 3.5 for any length: the table is cached and extended on demand.
+
+    ``layout`` is ``paper`` (sines and cosines interleaved, :func:`sinusoidal_table`) or ``fairseq``
+    (:func:`fairseq_sinusoidal_table`)."""
+
+    def __init__(self, dim: int, init_size: int = 256, layout: str = "paper"):
         super().__init__()
+        if layout not in SINUSOID_LAYOUTS:
+            raise UsageError(f"--sinusoid-layout {layout}: expected one of {', '.join(SINUSOID_LAYOUTS)}")
         self.dim = dim
-        self.register_buffer("table", sinusoidal_table(init_size, dim), persistent=False)
+        self.make_table = SINUSOID_LAYOUTS[layout]
+        self.register_buffer("table", self.make_table(init_size, dim), persistent=False)
 
     def forward(self, length: int, offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Encodings of positions ``offset .. offset+length-1``: ``[length, dim]``."""
         end = offset + length
         if end > self.table.size(0):
             size = max(end, 2 * self.table.size(0))
-            self.table = sinusoidal_table(size, self.dim).to(self.table.device)
+            self.table = self.make_table(size, self.dim).to(self.table.device)
         out = self.table[offset:end]
         return out if dtype is None else out.to(dtype)
 
@@ -73,13 +103,13 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight.size(0)
 
 
-def build_positional_embedding(kind: str, dim: int, max_positions: int) -> nn.Module:
+def build_positional_embedding(kind: str, dim: int, max_positions: int, layout: str = "paper") -> nn.Module:
     if kind == "sinusoidal":
-        return SinusoidalPositionalEmbedding(dim)
+        return SinusoidalPositionalEmbedding(dim, layout=layout)
     if kind == "learned":
         return LearnedPositionalEmbedding(max_positions, dim)
     raise UsageError(f"--positional-embeddings {kind}: expected sinusoidal or learned")
 
 
-__all__ = ["sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
+__all__ = ["sinusoidal_table", "fairseq_sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
            "build_positional_embedding"]
