@@ -50,9 +50,11 @@ class TranslationConfig:
 
     def validate(self) -> None:
         if self.max_tokens is not None and self.max_tokens <= 0:
-            self.max_tokens = None
+            raise UsageError(f"--max-tokens must be a positive number of tokens, got {self.max_tokens}")
         if self.batch_size is not None and self.batch_size <= 0:
-            self.batch_size = None
+            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.max_tokens is None and self.batch_size is None:
+            raise UsageError("batches need a budget: give --max-tokens or --batch-size")
 
 
 def read_preprocess_json(data: str) -> dict:
