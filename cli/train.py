@@ -17,7 +17,7 @@ from nmt_toolkit.cli.common import load_plugins, run_cli
 from nmt_toolkit.config import CommonConfig, Group, build_command, load_yaml, option, peek_options
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.training.options import (CheckpointConfig, DistributedConfig, LoggingConfig, OptimizationConfig,
-                                          PrecisionConfig)
+                                          PrecisionConfig, check_together)
 
 SELECTORS = ["task", "arch", "criterion", "optimizer", "lr_scheduler", "user_dir"]
 DEFAULTS = {"task": "translation", "arch": "transformer_base", "criterion": "label_smoothed_cross_entropy",
@@ -125,6 +125,7 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     task_cfg = configs.get("task")
     if task_cfg is not None and hasattr(task_cfg, "data") and not task_cfg.data:
         raise UsageError("missing the data folder (nmt-train DATA-BIN ...), or use --dry-run --vocab-size V")
+    check_together(configs["optimization"], configs["checkpoint"])
     keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size

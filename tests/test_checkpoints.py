@@ -33,9 +33,10 @@ def test_crash_while_writing_keeps_previous(tmp_path, monkeypatch):
         raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(C.torch, "save", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(DataError) as e:  # one line naming the file and the OS's reason
         C.save_checkpoint(_state(2.0), str(p))
     monkeypatch.undo()
+    assert str(e.value) == f"{p}: writing the checkpoint failed: disk full (simulated) (the previous file is intact)"
     assert torch.equal(C.load_checkpoint(str(p))["model"]["w"], torch.ones(3))
     assert [f for f in os.listdir(tmp_path)] == ["checkpoint_last.pt"]  # no stray temp file
 
@@ -76,3 +77,74 @@ def test_rng_state_round_trip(tmp_path):
     set_rng_state(C.load_checkpoint(str(p))["train_state"]["rng"])
     got = (torch.rand(3), np.random.rand(2), random.random())
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
+
+
+def test_checkpoint_names_are_independent_files(tmp_path):
+    """Issue 19.1: last/best/update names were hard links of one inode, so restoring checkpoint_last.pt by
+    hand (cp over it) or damaging it changed checkpoint_best.pt and checkpoint_E_U.pt too."""
+    C.save_checkpoint(_state(1.0), str(tmp_path / "checkpoint_1_10.pt"))
+    for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
+        C.copy_checkpoint(str(tmp_path / "checkpoint_1_10.pt"), str(tmp_path / name))
+    inodes = {os.stat(tmp_path / n).st_ino for n in ("checkpoint_1_10.pt", "checkpoint_best.pt", "checkpoint_last.pt")}
+    assert len(inodes) == 3
+    C.save_checkpoint(_state(7.0), str(tmp_path / "other.pt"))
+    # what `cp other.pt checkpoint_last.pt` does: open the existing file for writing, truncate, write
+    with open(tmp_path / "checkpoint_last.pt", "r+b") as handle:
+        handle.truncate(0)
+        handle.write((tmp_path / "other.pt").read_bytes())
+    assert torch.equal(C.load_checkpoint(str(tmp_path / "checkpoint_last.pt"))["model"]["w"], torch.full((3,), 7.0))
+    for name in ("checkpoint_best.pt", "checkpoint_1_10.pt"):
+        assert torch.equal(C.load_checkpoint(str(tmp_path / name))["model"]["w"], torch.ones(3)), name
+    with open(tmp_path / "checkpoint_best.pt", "r+b") as handle:  # a truncation of one name
+        handle.truncate(100)
+    assert torch.equal(C.load_checkpoint(str(tmp_path / "checkpoint_1_10.pt"))["model"]["w"], torch.ones(3))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_1_10.pt", "checkpoint_best.pt", "checkpoint_last.pt",
+                                            "other.pt"]  # no temp files left by the copies
+
+
+def test_bare_restore_file_is_in_save_dir_not_the_working_directory(tmp_path, monkeypatch):
+    """Issue 19.2: a checkpoint_last.pt in the current directory was resumed although --save-dir was elsewhere."""
+    old_run, new_dir = tmp_path / "old_run", tmp_path / "new"
+    old_run.mkdir()
+    new_dir.mkdir()
+    C.save_checkpoint(_state(1.0), str(old_run / "checkpoint_last.pt"))
+    C.save_checkpoint(_state(2.0), str(old_run / "checkpoint_1_5.pt"))
+    monkeypatch.chdir(old_run)
+    assert C.last_checkpoint(str(new_dir)) is None
+    assert C.last_checkpoint(str(new_dir), "checkpoint_last.pt") is None
+    with pytest.raises(DataError, match="checkpoint_1_5.pt"):  # a named file is looked for in --save-dir
+        C.last_checkpoint(str(new_dir), "checkpoint_1_5.pt")
+    assert C.last_checkpoint(str(new_dir), "./checkpoint_1_5.pt") == "./checkpoint_1_5.pt"  # a folder part: as given
+    assert C.last_checkpoint(str(new_dir), str(old_run / "checkpoint_1_5.pt")) == str(old_run / "checkpoint_1_5.pt")
+    assert C.last_checkpoint(str(old_run)) == str(old_run / "checkpoint_last.pt")
+
+
+def test_stale_temp_files_are_removed(tmp_path):
+    C.save_checkpoint(_state(1.0), str(tmp_path / "checkpoint_last.pt"))
+    stray = [tmp_path / "checkpoint_last.pt.k2j4_x.tmp", tmp_path / "checkpoint_3_30.pt.abc.tmp",
+             tmp_path / ".checkpoint_best.pt.123.link"]
+    for p in stray:
+        p.write_bytes(b"half a checkpoint")
+    (tmp_path / "notes.tmp").write_text("the user's")  # not ours: kept
+    removed = C.remove_stale_temp_files(str(tmp_path))
+    assert sorted(removed) == sorted(map(str, stray))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt", "notes.tmp"]
+
+
+def test_unusable_save_dir_is_a_one_line_error(tmp_path, monkeypatch):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(DataError, match=r"--save-dir .*a_file: is a file, not a folder$"):
+        C.prepare_save_dir(str(f))
+    with pytest.raises(DataError, match=r"a_file/sub: cannot write there \(Not a directory\)$"):
+        C.prepare_save_dir(str(f / "sub"))
+
+    def denied(*a, **k):  # the tests may run as root, for whom chmod 0o500 does not deny anything
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(C.tempfile, "mkstemp", denied)
+    with pytest.raises(DataError, match=r"ro: cannot write there \(Permission denied\)$"):
+        C.prepare_save_dir(str(tmp_path / "ro"))
+    monkeypatch.undo()
+    C.prepare_save_dir(str(tmp_path / "new" / "deep"))
+    assert os.listdir(tmp_path / "new" / "deep") == []  # the write test leaves nothing

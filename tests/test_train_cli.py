@@ -89,3 +89,69 @@ def test_multi30k_tiny_training_lowers_valid_ppl(data_dir, tmp_path, capfd):
     # measured (seed 1, 2 CPU threads): 1844 after 1 update, 155 after 30, 117 after 60
     assert ppl[-1] < 0.25 * ppl[0] and ppl[-1] < 200, ppl
     assert math.isfinite(load(tmp_path / "ck" / "checkpoint_best.pt")["train_state"]["best"])
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and "Traceback" not in "\n".join(err), err
+    return err[-1]
+
+
+def test_unknown_best_checkpoint_metric_is_a_startup_error(tiny_bin, tmp_path, capsys):
+    """Issue 19.3: an unknown metric silently meant the loss (logged as best_bleu, kept the worst as best)."""
+    rc = train([tiny_bin, *TINY, "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+                "--patience", "2", "--max-update", "2", "--save-dir", str(tmp_path / "m")])
+    assert rc == 2
+    assert _one_line_error(capsys) == ("nmt-train: error: unknown --best-checkpoint-metric 'bleu': validation "
+                                       "produces loss, nll_loss, ppl")
+    assert not (tmp_path / "m").exists()
+
+
+def test_nll_loss_as_best_metric_is_the_logged_nll_loss(tiny_bin, tmp_path, capsys):
+    assert train([tiny_bin, *TINY, "--best-checkpoint-metric", "nll_loss", "--max-update", "3",
+                  "--save-dir", str(tmp_path)]) == 0
+    rows = [json.loads(l) for l in capsys.readouterr().err.splitlines() if l.startswith("{")]
+    valid = [r for r in rows if r.get("tag") == "valid" and "valid_best_nll_loss" in r]
+    assert valid and valid[-1]["valid_best_nll_loss"] == valid[-1]["valid_nll_loss"]  # one validation: it is the best
+    assert load(tmp_path / "checkpoint_best.pt")["train_state"]["best"] == pytest.approx(valid[-1]["valid_nll_loss"],
+                                                                                        abs=1e-4)
+
+
+@pytest.mark.parametrize("flags, code, message", [
+    (["--max-tokens", "3"], 1, "train: no training batches: every pair was skipped as longer than --max-tokens 3"),
+    (["--max-tokens", "0"], 2, "--max-tokens must be a positive number of tokens, got 0"),
+    (["--max-tokens", "-5"], 2, "--max-tokens must be a positive number of tokens, got -5"),
+    (["--batch-size", "0"], 2, "--batch-size must be at least 1, got 0"),
+    (["--distributed-world-size", "0"], 2, "--distributed-world-size must be at least 1, got 0"),
+    (["--patience", "3", "--disable-validation"], 2, "--patience 3 needs validation, but --disable-validation is set"),
+])
+def test_training_that_would_do_nothing_is_an_error(tiny_bin, tmp_path, capsys, flags, code, message):
+    """Issue 19.7/19.8: these trained nothing and exited 0, or ended in a traceback."""
+    assert train([tiny_bin, *TINY, "--max-update", "2", *flags, "--save-dir", str(tmp_path / "s")]) == code
+    line = _one_line_error(capsys)
+    assert line.startswith("nmt-train: error: ") and message in line, line
+    assert not (tmp_path / "s" / "checkpoint_last.pt").exists()
+
+
+def test_save_dir_that_is_a_file_is_a_one_line_error(tiny_bin, tmp_path, capsys):
+    f = tmp_path / "ck"
+    f.write_text("my notes")
+    assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(f)]) == 1
+    assert _one_line_error(capsys) == f"nmt-train: error: --save-dir {f}: is a file, not a folder"
+    assert f.read_text() == "my notes"
+    assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(f / "sub")]) == 1
+    assert _one_line_error(capsys).endswith(f"--save-dir {f / 'sub'}: cannot write there (Not a directory)")
+
+
+def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, capsys):
+    """Issue 19.8: the message named no shape ("Error(s) in loading state_dict"); say what differs."""
+    assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    before = (tmp_path / "checkpoint_last.pt").read_bytes()
+    assert train([tiny_bin, *TINY, "--embed-dim", "48", "--max-update", "2", "--save-dir", str(tmp_path)]) == 1
+    line = _one_line_error(capsys)
+    assert "checkpoint_last.pt: the model in the checkpoint does not match the options: " in line
+    assert "is [" in line and ", 32] in the checkpoint but [" in line and ", 48] with these options" in line, line
+    assert "the checkpoint was trained with --embed-dim 32 (now 48)" in line, line
+    assert "dictionary" not in line
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == before

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import tempfile
 from typing import Any, Optional
 
@@ -20,27 +21,36 @@ from nmt_toolkit.errors import DataError
 
 VERSION = 1
 KEYS = ("model", "config", "version")
+TEMP_SUFFIX = ".tmp"
 
 
-def save_checkpoint(state: dict, path: str) -> None:
-    """Write ``state`` to ``path`` atomically: temp file in the same folder, fsync, ``os.replace``.
+def _write_atomically(path: str, write, what: str = "the checkpoint") -> None:
+    """Call ``write(handle)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it onto ``path``.
 
-    A crash mid-write leaves the previous file at ``path`` untouched (at worst a stray ``.tmp`` file).
+    A crash mid-write leaves the previous file at ``path`` untouched (at worst a stray ``*.tmp`` file, which
+    :func:`remove_stale_temp_files` deletes at the next start). A write that fails (disk full, file size
+    limit, permissions) removes its temp file and is a one-line DataError naming ``path``.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=TEMP_SUFFIX, dir=folder)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot write {what} ({_os_reason(exc)})") from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, (OSError, RuntimeError)):  # torch's zip writer reports a failed write as RuntimeError
+            kept = " (the previous file is intact)" if os.path.exists(path) else ""
+            raise DataError(f"{path}: writing {what} failed: {_os_reason(exc)}{kept}") from None
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -52,16 +62,43 @@ def save_checkpoint(state: dict, path: str) -> None:
         pass
 
 
+def save_checkpoint(state: dict, path: str) -> None:
+    """Write ``state`` to ``path`` atomically (see :func:`_write_atomically`)."""
+    _write_atomically(path, lambda handle: torch.save(state, handle))
+
+
 def copy_checkpoint(src: str, dst: str) -> None:
-    """Atomically copy (hard link when possible) one checkpoint file to another name."""
-    folder = os.path.dirname(os.path.abspath(dst))
-    tmp = os.path.join(folder, f".{os.path.basename(dst)}.{os.getpid()}.link")
-    try:
-        os.link(src, tmp)
-    except OSError:
-        import shutil
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    """Copy one checkpoint file to another name, atomically.
+
+    A real copy, never a hard link: ``checkpoint_last.pt``, ``checkpoint_best.pt`` and ``checkpoint_E_U.pt``
+    must stay independent files, so that copying another file over one of them (restoring by hand) or a
+    damaged write of one leaves the others as they were (fairseq copies too).
+    """
+    def write(handle):
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, handle, 1 << 20)
+
+    _write_atomically(dst, write)
+
+
+def remove_stale_temp_files(save_dir: str) -> list[str]:
+    """Delete the temp files a killed save left in ``save_dir`` (``checkpoint*.pt.*.tmp``); returns them.
+
+    Called once at the start of training, before anything is written: no save of this run is under way.
+    """
+    stale = [p for p in glob.glob(os.path.join(glob.escape(save_dir), "*.pt.*" + TEMP_SUFFIX))
+             if os.path.isfile(p)]
+    stale += glob.glob(os.path.join(glob.escape(save_dir), ".*.pt.*.link"))  # left by versions that hard-linked
+    _remove(stale)
+    return stale
+
+
+def _os_reason(exc: BaseException) -> str:
+    """``No space left on device``: the OS's words, without the errno prefix and the file name again."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()
+    return text[0][:160] if text else type(exc).__name__
 
 
 def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
@@ -122,13 +159,18 @@ def cleanup(save_dir: str, keep_last_epochs: int = -1, keep_interval_updates: in
 
 
 def last_checkpoint(save_dir: str, restore_file: Optional[str] = None) -> Optional[str]:
-    """The file to resume from: ``--restore-file`` (relative to save_dir unless absolute) or checkpoint_last.pt."""
+    """The file to resume from, or None for a fresh start.
+
+    A bare file name (the default ``checkpoint_last.pt``) means ``save_dir/NAME``, as in fairseq: never a
+    file of that name in the current directory. A path with a folder part is taken as given. A missing
+    default starts afresh; a missing ``--restore-file`` the user named is an error.
+    """
     name = restore_file or "checkpoint_last.pt"
-    path = name if os.path.isabs(name) or os.path.exists(name) else os.path.join(save_dir, name)
+    path = name if os.path.dirname(name) else os.path.join(save_dir, name)
     if os.path.exists(path):
         return path
     if restore_file and restore_file != "checkpoint_last.pt":
-        raise DataError(f"--restore-file {restore_file}: no such checkpoint")
+        raise DataError(f"--restore-file {restore_file}: no such checkpoint ({path})")
     return None
 
 
@@ -141,3 +183,25 @@ def _load_failure_reason(exc: Exception) -> str:
         return "truncated or corrupt archive"
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return f"{type(exc).__name__}: {first[:120]}"
+
+
+def prepare_save_dir(save_dir: str) -> None:
+    """Create ``--save-dir`` and make sure files can be written there, before any training is done.
+
+    A path that is a file, or a folder that cannot be created or written, is a one-line DataError now,
+    instead of a traceback at the first save after hours of training.
+    """
+    if os.path.exists(save_dir) and not os.path.isdir(save_dir):
+        raise DataError(f"--save-dir {save_dir}: is a file, not a folder")
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=save_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(f"--save-dir {save_dir}: cannot write there ({_os_reason(exc)})") from None
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """``config.yaml`` and friends: the same atomic write as checkpoints, so a full disk leaves the old file."""
+    _write_atomically(path, lambda handle: handle.write(text.encode("utf-8")), "the file")

@@ -5,7 +5,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import option
+from nmt_toolkit.criterions import derived_metrics
 from nmt_toolkit.errors import UsageError
+
+# what validation reports (train_loop.validate: derived_metrics of the summed criterion outputs)
+VALIDATION_METRICS = tuple(derived_metrics({"sample_size": 1.0, "ntokens": 1.0}))
 
 
 @dataclass
@@ -56,12 +60,23 @@ class CheckpointConfig:
     reset_dataloader: bool = option(False, "resume at the start of epoch 1 of the data")
     reset_meters: bool = option(False, "resume without the logged meters")
 
+    def validate(self) -> None:
+        if self.best_checkpoint_metric not in VALIDATION_METRICS:
+            raise UsageError(f"unknown --best-checkpoint-metric {self.best_checkpoint_metric!r}: validation "
+                             f"produces {', '.join(VALIDATION_METRICS)}")
+        if self.save_interval < 1:
+            raise UsageError(f"--save-interval must be at least 1, got {self.save_interval}")
+
 
 @dataclass
 class DistributedConfig:
     distributed_world_size: int = option(1, "spawn N local training processes (torchrun sets this itself)")
     distributed_backend: str = option("auto", "auto = nccl on CUDA, gloo on CPU", choices=["auto", "nccl", "gloo"])
     distributed_timeout: float = option(600.0, "seconds before a collective waiting on a dead rank gives up")
+
+    def validate(self) -> None:
+        if self.distributed_world_size < 1:
+            raise UsageError(f"--distributed-world-size must be at least 1, got {self.distributed_world_size}")
 
 
 @dataclass
@@ -82,3 +97,9 @@ class LoggingConfig:
     dry_run: bool = option(False, "build the model, print its summary (parameters, FLOPs) and exit")
     vocab_size: Optional[int] = option(None, "with --dry-run and no data folder: a shared vocabulary of V symbols")
     no_progress_bar: bool = option(False, "same as --log-format simple")
+
+
+def check_together(opt: OptimizationConfig, ck: CheckpointConfig) -> None:
+    """Options that contradict each other across groups (each group's own checks are its ``validate``)."""
+    if opt.disable_validation and ck.patience > 0:
+        raise UsageError(f"--patience {ck.patience} needs validation, but --disable-validation is set")

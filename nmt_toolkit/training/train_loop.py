@@ -114,6 +114,35 @@ def config_dict(configs: dict[str, Any]) -> dict:
     return to_dict(configs)
 
 
+def _reshard(iterator_state: dict, saved_shards: int, shards: int) -> dict:
+    """The data position of a checkpoint for another world size.
+
+    ``iterations_in_epoch`` counts one rank's batches; rank r of N reads the epoch's batches r, r+N, ...,
+    so k iterations on N ranks consumed the first k*N batches. On M ranks that is k*N/M iterations (rounded
+    down: at most M-1 batches are seen twice), so resuming 2 ranks as 1 process with --update-freq 2 gives
+    the run that never stopped.
+    """
+    if saved_shards == shards or not iterator_state.get("iterations_in_epoch"):
+        return iterator_state
+    consumed = int(iterator_state["iterations_in_epoch"]) * saved_shards
+    if consumed % shards:
+        logger.warning("resuming %d ranks from a checkpoint of %d: %d batches of this epoch are read again",
+                       shards, saved_shards, consumed % shards)
+    return {**iterator_state, "iterations_in_epoch": consumed // shards}
+
+
+def _model_options_hint(saved: Any, current: Any) -> str:
+    """``the checkpoint was trained with --embed-dim 64 (now 32)``: the model options that differ."""
+    saved = saved.get("model") if isinstance(saved, dict) else None
+    if not isinstance(saved, dict) or not isinstance(current, dict):
+        return "check --arch and the model flags"
+    diff = [f"--{k.replace('_', '-')} {saved[k]} (now {current[k]})" for k in current
+            if k in saved and saved[k] != current[k]]
+    if not diff:
+        return "check --arch and the model flags"
+    return "the checkpoint was trained with " + ", ".join(diff)
+
+
 def _backend_note(info: distributed.DistInfo) -> str:
     """`` (nccl)``: the process group's backend, when there is one (one process runs without any)."""
     import torch.distributed as dist
@@ -138,6 +167,12 @@ def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] =
 
 def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     seed = configs["common"].seed
+    if precision_of(prec) == "fp16" and device.type != "cuda":
+        raise NmtError("--fp16/--amp needs a CUDA device; use --bf16 on CPU")
+    if info.is_master and not ck.no_save:  # before any work: a bad --save-dir fails now, not at the first save
+        ckpt_io.prepare_save_dir(ck.save_dir)
+        for stale in ckpt_io.remove_stale_temp_files(ck.save_dir):
+            logger.info("removed %s, left by a save that was interrupted", stale)
     seed_everything(seed)
     fmt = "simple" if lg.no_progress_bar and lg.log_format == "tqdm" else lg.log_format
     progress = ProgressLogger(fmt, tensorboard_logdir=lg.tensorboard_logdir,
@@ -166,16 +201,16 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                      f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}")
     stored_config = config_dict(configs)
     if info.is_master and not ck.no_save:
-        os.makedirs(ck.save_dir, exist_ok=True)
-        with open(os.path.join(ck.save_dir, "config.yaml"), "w", encoding="utf-8") as handle:
-            handle.write(dump_yaml({k: v for k, v in configs.items() if k != "common"}))
+        ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
+                                      dump_yaml({k: v for k, v in configs.items() if k != "common"}))
 
     # ---------------------------------------------------------------- resume
     path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
     train_state: dict = {}
     if path is not None:
         state = ckpt_io.load_checkpoint(path, map_location=device)
-        trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path)
+        trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path,
+                                hint=_model_options_hint(state.get("config"), stored_config.get("model")))
         train_state = state.get("train_state", {})
         if not ck.reset_optimizer and not ck.reset_lr_scheduler:
             trainer.num_updates = int(train_state.get("num_updates", 0))
@@ -192,8 +227,13 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         task.load_dataset(split)
     epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,
                                         shard_id=info.rank, epoch=epoch)
+    if not epoch_itr.batches:
+        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than "
+                       f"--max-tokens {configs['task'].max_tokens} or the max positions (see the warning above); "
+                       f"raise --max-tokens")
     if train_state.get("iterator") and not ck.reset_dataloader:
-        epoch_itr.load_state_dict(train_state["iterator"])
+        epoch_itr.load_state_dict(_reshard(train_state["iterator"], int(train_state.get("num_shards", 1)),
+                                           info.world_size))
 
     best = train_state.get("best")
     bad_validations = int(train_state.get("patience_counter", 0))
@@ -229,7 +269,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             agg = dict(zip(("sample_size", "loss", "nll_loss", "ntokens", "nsentences"), sums.tolist()))
             m = derived_metrics(agg)
             m["wps"] = 0.0
-            metric = m.get(ck.best_checkpoint_metric, m["loss"])
+            metric = m[ck.best_checkpoint_metric]  # a known name: CheckpointConfig.validate
             stats = {"epoch": epoch_itr.epoch, "loss": round(m["loss"], 4), "nll_loss": round(m["nll_loss"], 4),
                      "ppl": round(m["ppl"], 2), "num_updates": trainer.num_updates}
             if first is None and count_for_best:
@@ -248,7 +288,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         state["config"] = stored_config
         state["version"] = ckpt_io.VERSION
         state["train_state"] = {
-            "epoch": e, "num_updates": n, "iterator": epoch_itr.state_dict(),
+            "epoch": e, "num_updates": n, "iterator": epoch_itr.state_dict(), "num_shards": info.world_size,
             "best": best, "patience_counter": bad_validations,
             "rng": trainer.last_rng_state, "wall": wall(),
             "meters": {"interval": interval_meter.state_dict(), "epoch": epoch_meter.state_dict()},

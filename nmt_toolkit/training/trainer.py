@@ -43,6 +43,30 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
+def describe_mismatch(expected: dict, found: dict) -> str:
+    """Which tensors differ between the model built from the options and a checkpoint, in one line.
+
+    ``"encoder.embed_tokens.weight is [40, 64] in the checkpoint but [40, 32] with these options (and 11
+    more shapes)"``; missing and unexpected names likewise. Empty when they fit.
+    """
+    shapes = [k for k in expected if k in found and tuple(found[k].shape) != tuple(expected[k].shape)]
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    parts = []
+    if shapes:
+        k = shapes[0]
+        more = f" (and {len(shapes) - 1} more shapes)" if len(shapes) > 1 else ""
+        parts.append(f"{k} is {list(found[k].shape)} in the checkpoint but {list(expected[k].shape)} with these "
+                     f"options{more}")
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        parts.append(f"the checkpoint lacks {missing[0]}{more}")
+    if unexpected:
+        more = f" and {len(unexpected) - 1} more" if len(unexpected) > 1 else ""
+        parts.append(f"the checkpoint has {unexpected[0]}{more}, which these options do not build")
+    return "; ".join(parts)
+
+
 class Trainer:
     """Holds model, criterion, optimizer, LR schedule and loss scaler; ``train_step`` does one update."""
 
@@ -63,10 +87,9 @@ class Trainer:
         self.num_updates = 0
         self.skipped_in_a_row = 0
         self.params = [p for p in model.parameters() if p.requires_grad]
-        if precision == "fp16":
-            if device.type != "cuda":
-                raise NmtError("--fp16/--amp needs a CUDA device; use --bf16 on CPU")
-            self.scaler = torch.amp.GradScaler("cuda", init_scale=fp16_init_scale, growth_interval=fp16_scale_window)
+        if precision == "fp16":  # nmt-train allows it on CUDA only (train_loop); the scaler itself runs on CPU too
+            self.scaler = torch.amp.GradScaler(device.type, init_scale=fp16_init_scale,
+                                               growth_interval=fp16_scale_window)
         else:
             self.scaler = None
         if world_size > 1:
@@ -84,7 +107,7 @@ class Trainer:
         if self.precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         if self.precision == "fp16":
-            return torch.autocast("cuda", dtype=torch.float16)
+            return torch.autocast(self.device.type, dtype=torch.float16)
         return contextlib.nullcontext()
 
     def get_lr(self) -> float:
@@ -205,13 +228,12 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict, reset_optimizer: bool = False, reset_lr_scheduler: bool = False,
-                        path: str = "checkpoint") -> None:
-        try:
-            self.model.load_state_dict(state["model"], strict=True)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise NmtError(f"{path}: the model in the checkpoint does not match the options "
-                           f"({first[:200]}); check --arch and the model flags") from None
+                        path: str = "checkpoint", hint: str = "check --arch and the model flags") -> None:
+        """Restore a checkpoint; a model of other shapes is a one-line error naming them, then ``hint``."""
+        mismatch = describe_mismatch(self.model.state_dict(), state["model"])
+        if mismatch:
+            raise NmtError(f"{path}: the model in the checkpoint does not match the options: {mismatch}; {hint}")
+        self.model.load_state_dict(state["model"], strict=True)
         if not reset_optimizer and state.get("optimizer"):
             self.optimizer.load_state_dict(state["optimizer"])
         if not reset_lr_scheduler and state.get("lr_scheduler"):
