@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
-from nmt_toolkit.errors import UsageError
+from nmt_toolkit.errors import DataError, UsageError
 
 logger = logging.getLogger("nmt_toolkit.average")
 
@@ -34,6 +34,7 @@ class AverageConfig:
 
 
 def average(configs: dict) -> int:
+    from nmt_toolkit.cli.common import check_output_folder
     from nmt_toolkit.training.averaging import select_checkpoints, write_average
 
     cfg: AverageConfig = configs["average"]
@@ -49,19 +50,30 @@ def average(configs: dict) -> int:
         if cfg.num_epoch_checkpoints or cfg.num_update_checkpoints:
             raise UsageError("--num-epoch-checkpoints / --num-update-checkpoints need a folder as --inputs")
         paths = inputs
+    if os.path.isdir(cfg.output):
+        raise DataError(f"--output {cfg.output}: is a folder; give the averaged checkpoint's file name")
+    check_output_folder(os.path.dirname(os.path.abspath(cfg.output)), "--output")  # before loading N checkpoints
     logger.info("averaging %d checkpoints: %s", len(paths), ", ".join(paths))
-    write_average(paths, cfg.output)
+    try:
+        write_average(paths, cfg.output)
+    except OSError as exc:  # e.g. the disk filled up: the atomic save leaves an existing --output intact
+        raise DataError(f"--output {cfg.output}: cannot write ({exc.strerror})") from None
     logger.info("wrote %s", cfg.output)
     print(cfg.output)
     return 0
 
 
 def run(argv=None, prog: str = "nmt-average-checkpoints") -> int:
-    from nmt_toolkit.cli.common import run_cli, spread_values
+    from nmt_toolkit.cli.common import import_user_dir_of, run_cli, spread_values
 
     argv = spread_values(sys.argv[1:] if argv is None else argv, "--inputs")
     groups = [Group("common", CommonConfig), Group("average", AverageConfig, "averaging options")]
-    return run_cli(prog, lambda a: build_command(prog, groups, average, help=__doc__), argv)
+
+    def make(a):
+        import_user_dir_of(a)
+        return build_command(prog, groups, average, help=__doc__)
+
+    return run_cli(prog, make, argv)
 
 
 def main() -> None:

@@ -30,13 +30,42 @@ def setup_logging(debug: bool = False) -> None:
 def load_plugins(argv: Sequence[str]) -> None:
     """Import built-ins, installed entry-point plugins and any ``--user-dir`` before options are built."""
     from nmt_toolkit import registry
-    from nmt_toolkit.config import peek_options
 
     registry.import_builtin_components()
     registry.load_entry_point_plugins()
+    import_user_dir_of(argv)
+
+
+def import_user_dir_of(argv: Sequence[str]) -> None:
+    """Import the ``--user-dir`` of ``argv`` (or of its ``--config`` YAML), if any.
+
+    Programs that use no registered component (nmt-preprocess, nmt-score, nmt-average-checkpoints) call
+    only this: they accept the option like every program, so it must do what it says — a plugin that
+    does not import is an error there too, never silently ignored."""
+    from nmt_toolkit.config import peek_options
+    from nmt_toolkit.registry import import_user_dir
+
     user_dir = peek_options(argv, ["user_dir"])["user_dir"]
     if user_dir:
-        registry.import_user_dir(user_dir)
+        import_user_dir(user_dir)
+
+
+def check_output_folder(folder: str, flag: str) -> None:
+    """Create ``folder`` if needed and check that a file can be written in it, before any work is done:
+    an unwritable or file-typed output option is one error line up front, not a traceback after the work."""
+    import tempfile
+
+    from nmt_toolkit.errors import DataError
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise DataError(f"{flag} {folder}: exists and is not a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise DataError(f"{flag} {folder}: cannot write there ({exc.strerror})") from None
 
 
 def spread_values(args: Sequence[str], flag: str) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
 
 logger = logging.getLogger("nmt_toolkit.generate")
@@ -64,18 +64,6 @@ def _device(cfg: GenerateIOConfig):
     if not cfg.cpu and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
-
-
-def _read_input(path: str) -> list[str]:
-    if path == "-":
-        return [line.rstrip("\r\n") for line in sys.stdin]
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return [line.rstrip("\r\n") for line in handle]
-    except OSError as exc:
-        raise DataError(f"--input {path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"--input {path}: not valid UTF-8") from None
 
 
 def encode_lines(lines, task, codec, max_src: int, what: str = "input"):
@@ -190,6 +178,10 @@ def generate(configs: dict) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]'") from None
+    if io.results_path:
+        from nmt_toolkit.cli.common import check_output_folder
+
+        check_output_folder(io.results_path, "--results-path")
     task, generator, detok, device = setup(configs)
     if io.attention_plot:  # a wrong layer or head is reported before decoding, not after
         from nmt_toolkit.generation.attention_maps import attention_module
@@ -201,7 +193,9 @@ def generate(configs: dict) -> int:
     max_src = generator.model.max_positions()[0]
     raw_sources = None
     if io.input:
-        raw_sources = _read_input(io.input)
+        from nmt_toolkit.data.lines import read_lines
+
+        raw_sources = read_lines(io.input, f"--input {io.input}")
         dataset = task.build_dataset_for_inference(encode_lines(raw_sources, task, task.subword(), max_src, io.input))
         subset = os.path.basename(io.input) if io.input != "-" else "stdin"
     else:

@@ -35,16 +35,6 @@ class InteractiveIOConfig(DecodeDeviceConfig):
     print_alignment: bool = option(False, "print A- lines (argmax of the encoder-decoder attention)")
 
 
-def _lines(path: str):
-    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    try:
-        for line in handle:
-            yield line.rstrip("\r\n")
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
-
-
 def interactive(configs: dict) -> int:
     import torch
 
@@ -65,7 +55,9 @@ def interactive(configs: dict) -> int:
     h_bpe = _h_bpe_symbol(io, task)
     pad = task.src_dict.pad()
     next_id = 0
-    source = _lines(io.input)
+    from nmt_toolkit.data.lines import iter_lines
+
+    source = iter_lines(io.input, None if io.input == "-" else f"--input {io.input}")
     out = sys.stdout
     while True:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))

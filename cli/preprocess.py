@@ -32,17 +32,13 @@ def make_command(argv: Sequence[str], prog: str = "nmt-preprocess") -> click.Com
 
 
 def run(argv: Optional[Sequence[str]] = None, prog: str = "nmt-preprocess") -> int:
-    from nmt_toolkit.cli.common import run_cli
-    from nmt_toolkit.config import peek_options
-    from nmt_toolkit.registry import import_user_dir
+    from nmt_toolkit.cli.common import import_user_dir_of, run_cli
 
     args = list(sys.argv[1:] if argv is None else argv)
 
     def make(a):
         # preprocessing uses no registered component: only a --user-dir plugin is imported (no torch, fast start)
-        user_dir = peek_options(a, ["user_dir"])["user_dir"]
-        if user_dir:
-            import_user_dir(user_dir)
+        import_user_dir_of(a)
         return make_command(a, prog)
 
     return run_cli(prog, make, args)

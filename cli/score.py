@@ -38,14 +38,6 @@ class ScoreConfig:
     json: bool = option(False, "print results as JSON (one object per metric, in a list)")
 
 
-def _read(path: str) -> list[str]:
-    from nmt_toolkit.scoring.bleu import read_lines
-
-    if path == "-":
-        return read_lines("<stdin>", sys.stdin)
-    return read_lines(path)
-
-
 def _parseval(cfg: ScoreConfig, refs_paths: list[str]) -> int:
     from nmt_toolkit.scoring import parseval
 
@@ -77,10 +69,11 @@ def score(configs: dict) -> int:
             raise UsageError("--metric parseval cannot be combined with bleu/chrf")
         return _parseval(cfg, cfg.ref)
 
+    from nmt_toolkit.data.lines import read_lines
     from nmt_toolkit.scoring import bleu as B
 
-    refs = [_read(p) for p in cfg.ref]
-    systems = [(("stdin" if p == "-" else p), _read(p)) for p in cfg.sys]
+    refs = [read_lines(p) for p in cfg.ref]
+    systems = [(("stdin" if p == "-" else p), read_lines(p)) for p in cfg.sys]
     B.check_lengths([(p, r) for p, r in zip(cfg.ref, refs)] + systems)
     out = []
     if cfg.paired_bootstrap:
@@ -136,11 +129,14 @@ def score(configs: dict) -> int:
 
 
 def run(argv=None, prog: str = "nmt-score") -> int:
-    from nmt_toolkit.cli.common import run_cli
+    from nmt_toolkit.cli.common import import_user_dir_of, run_cli
 
-    return run_cli(prog, lambda a: build_command(prog, [Group("common", CommonConfig),
-                                                        Group("score", ScoreConfig, "scoring options")],
-                                                 score, help=__doc__), argv)
+    def make(a):
+        import_user_dir_of(a)
+        return build_command(prog, [Group("common", CommonConfig), Group("score", ScoreConfig, "scoring options")],
+                             score, help=__doc__)
+
+    return run_cli(prog, make, argv)
 
 
 def main() -> None:

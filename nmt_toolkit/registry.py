@@ -161,6 +161,8 @@ def import_user_dir(path: str) -> None:
         module_name = os.path.basename(path.rstrip(os.sep))
         location, search = init, [path]
     else:
+        if not path.endswith(".py"):
+            raise UsageError(f"--user-dir {path}: not a plugin (a folder with __init__.py, or a .py file)")
         module_name = os.path.splitext(os.path.basename(path))[0]
         location, search = path, None
     if module_name in sys.modules and not getattr(sys.modules[module_name], "__file__", "").startswith(path):

@@ -75,3 +75,28 @@ def test_select_last_n_by_update_and_epoch(tmp_path):
     out = tmp_path / "avg.pt"
     assert avg_cli.run(["--inputs", str(tmp_path), "--num-update-checkpoints", "2", "--output", str(out)]) == 0
     assert avg_cli.run(["--inputs", str(tmp_path), "--num-update-checkpoints", "9", "--output", str(out)]) == 1
+
+
+def _one_error_line(capsys, *words):
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    for w in words:
+        assert w in err[0], (w, err[0])
+
+
+def test_unwritable_output_and_user_dir_are_one_line_errors(tmp_path, capsys):
+    """Issue 19 finding 8: --output as a folder, inside a file or where nothing can be written was a traceback;
+    --user-dir was accepted and ignored, even a plugin with a syntax error."""
+    _ck(tmp_path / "a.pt", 1)
+    inputs = ["--inputs", str(tmp_path / "a.pt")]
+    (tmp_path / "afile").write_text("x\n")
+    for output, words in ((tmp_path, ("is a folder",)), (tmp_path / "afile" / "avg.pt", ("afile", "not a folder")),
+                          ("/proc/nmt-toolkit-test/avg.pt", ("cannot write",))):
+        assert avg_cli.run(inputs + ["--output", str(output)]) == 1
+        _one_error_line(capsys, "--output", *words)
+    broken = tmp_path / "plugin.py"
+    broken.write_text("def oops(:\n")
+    assert avg_cli.run(["--user-dir", str(broken)] + inputs + ["--output", str(tmp_path / "avg.pt")]) == 2
+    _one_error_line(capsys, "plugin.py", "SyntaxError")
+    assert not (tmp_path / "avg.pt").exists()
+

@@ -104,7 +104,7 @@ def learn_subword_nmt(files: Sequence[str], codes_path: str, merges: int) -> str
     """Learn joint BPE codes on the whitespace-tokenized lines of ``files``; returns ``codes_path``."""
     from subword_nmt.learn_bpe import learn_bpe
 
-    handles = [open(f, encoding="utf-8") for f in files]
+    handles = [open(f, encoding="utf-8", newline="\n") for f in files]  # one line per \n, as binarizing reads
     try:
         lines = (" ".join(line.split()) + "\n" for line in itertools.chain(*handles))
         with open(codes_path, "w", encoding="utf-8") as out:

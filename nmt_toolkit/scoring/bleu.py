@@ -19,25 +19,15 @@ logger = logging.getLogger(__name__)
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
-def read_lines(path: str, handle=None) -> list[str]:
-    """Lines with trailing whitespace removed, exactly as the ``sacrebleu`` command reads files."""
-    try:
-        if handle is not None:
-            return [line.rstrip() for line in handle]
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip() for line in f]
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not valid UTF-8") from None
-
-
 def check_lengths(named: Sequence[tuple[str, Sequence[str]]]) -> None:
-    """All files must have as many lines as the first; the error names both files and counts."""
+    """All files must have as many lines as the first, and at least one (sacreBLEU's scorers index the first
+    line: empty files would end in an IndexError inside it); the error names the files and counts."""
     first_name, first = named[0]
     for name, lines in named[1:]:
         if len(lines) != len(first):
             raise DataError(f"line count mismatch: {first_name} has {len(first)} lines but {name} has {len(lines)}")
+    if not first:
+        raise DataError(f"nothing to score: {' and '.join(name for name, _ in named)} are empty")
 
 
 def sacrebleu_metrics(names: Sequence[str], refs: Sequence[Sequence[str]]) -> dict:
