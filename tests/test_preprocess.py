@@ -173,3 +173,89 @@ def test_help_lists_every_option(capsys):
     for flag in ("--source-lang", "--trainpref", "--joined-dictionary", "--srcdict", "--workers", "--bpe ",
                  "--bpe-vocab-size", "--bpe-merges", "--bpe-model", "--num-shards", "--overwrite", "--padding-factor"):
         assert flag in out
+
+
+def _load(dest, split):
+    from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+    return TranslationTask.setup_task(TranslationConfig(data=str(dest))).load_dataset(split)
+
+
+def test_overwrite_replaces_the_whole_set_and_stale_splits_are_refused(tmp_path):
+    """Issue 19 finding 4: --overwrite with a new vocabulary and only --trainpref kept the old valid/test files
+    (ids of the old dictionary) and the old shard folders; training validated and nmt-generate decoded them."""
+    from nmt_toolkit.errors import DataError
+
+    old = _tiny(tmp_path, "old", "a b c\nd e\nf\ng h i\n", "A B C\nD E\nF\nG H I\n")
+    dest = tmp_path / "bin"
+    assert _prep(old, dest, "--validpref", old, "--testpref", old, "--num-shards", "2") == 0
+    (dest / "notes.txt").write_text("the user's own file\n")
+    stale = {n: (dest / n).read_bytes() for n in os.listdir(dest) if n.startswith("test.")}
+    new = _tiny(tmp_path, "new", "p q\nr\n", "P Q\nR\n")
+    assert _prep(new, dest, "--overwrite") == 0
+    assert sorted(os.listdir(dest)) == ["dict.de.txt", "dict.en.txt", "notes.txt", "preprocess.json",
+                                        "train.en-de.de.bin", "train.en-de.de.idx", "train.en-de.en.bin",
+                                        "train.en-de.en.idx"]
+    assert len(_load(dest, "train")) == 2
+    # the files the landed code left behind: refused, not decoded with the new dictionary
+    for name, data in stale.items():
+        (dest / name).write_bytes(data)
+    with pytest.raises(DataError, match=r"preprocess.json does not list the split 'test'"):
+        _load(dest, "test")
+    # a dictionary replaced by hand after binarizing: its ids no longer mean what they meant
+    record = json.loads((dest / "preprocess.json").read_text())
+    assert record["splits"]["train"]["dictionaries"]["en"] == Dictionary.load(str(dest / "dict.en.txt")).checksum()
+    other = Dictionary.load(str(dest / "dict.en.txt"))
+    other.add_symbol("zzz")
+    other.save(str(dest / "dict.en.txt"))
+    with pytest.raises(DataError, match=r"'train' was encoded with another dictionary than .*dict.en.txt"):
+        _load(dest, "train")
+
+
+def test_adding_a_split_keeps_the_others_listed(tmp_path):
+    """Without --overwrite a run adds its splits to the folder: preprocess.json lists old and new ones."""
+    train = _tiny(tmp_path, "train", "a b\nc\n", "x y\nz\n")
+    dest = tmp_path / "bin"
+    assert _prep(train, dest, "--validpref", train) == 0
+    test = _tiny(tmp_path, "test", "a c\n", "z y\n")
+    assert run(["--source-lang", "en", "--target-lang", "de", "--testpref", test, "--srcdict", str(dest / "dict.en.txt"),
+                "--tgtdict", str(dest / "dict.de.txt"), "--destdir", str(dest), "--no-progress-bar"]) == 0
+    record = json.loads((dest / "preprocess.json").read_text())
+    assert list(record["splits"]) == ["train", "valid", "test"]
+    assert [len(_load(dest, s)) for s in ("train", "valid", "test")] == [2, 2, 1]
+
+
+def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys):
+    """Issue 19 finding 8: tracebacks for a --destdir inside a file or an unwritable place, for --user-dir naming
+    a data file, and for a disk that fills up while binarizing (here a file size limit: EFBIG, errno 27)."""
+    import resource
+    import subprocess
+    import sys
+
+    small = _tiny(tmp_path, "small", "a b\nc\n", "x y\nz\n")
+    (tmp_path / "afile").write_text("not a folder\n")
+    _assert_error(capsys, _prep(small, tmp_path / "afile" / "bin"), "afile", "not a folder")
+    _assert_error(capsys, _prep(small, "/proc/nmt-toolkit-test/bin"), "--destdir /proc/nmt-toolkit-test/bin",
+                  "cannot create")
+    _assert_error(capsys, _prep(small, tmp_path / "bin", "--user-dir", small + ".en"), "--user-dir", "small.en",
+                  "not a plugin")
+
+    dest = tmp_path / "bin"
+    assert _prep(small, dest) == 0
+    before = _tree(dest)
+    words = "a b c d e f g h i j".split()
+    big = _tiny(tmp_path, "big", "".join(" ".join(words[(i + k) % 10] for k in range(10)) + "\n" for i in range(5000)),
+                "".join(" ".join(words[(i * k) % 10] for k in range(10)) + "\n" for i in range(5000)))
+    limit = 64 << 10  # the .bin files need ~110 KB each
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run([sys.executable, "-m", "nmt_toolkit.cli.preprocess", "--source-lang", "en",
+                           "--target-lang", "de", "--trainpref", big, "--destdir", str(dest), "--overwrite",
+                           "--no-progress-bar"], capture_output=True, text=True, preexec_fn=small_disk)
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert "--destdir" in errors[0] and "File too large" in errors[0] and "left as it was" in errors[0]
+    assert _tree(dest) == before
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p or ".old-" in p]

@@ -9,8 +9,12 @@ Pipeline (:func:`preprocess`):
 4. every split is binarized chunk by chunk; chunks are contiguous and written in file order, so the output
    is byte-identical for any number of workers; only one chunk per worker is ever in memory.
 
-Everything is written into a temporary folder beside ``destdir`` and moved in at the end, so an error leaves
-``destdir`` as it was. Layout with ``--num-shards K`` (K > 1)::
+Everything is written into a temporary folder beside ``destdir`` and moved in at the end, so an error (a full
+disk included) leaves ``destdir`` as it was. Into an existing ``destdir`` the new splits are added to the old
+ones, whose dictionaries must be the same; with ``--overwrite`` the new set replaces everything earlier runs
+wrote there (other files stay): a stale split encoded with an older dictionary must not survive. Each split
+of ``preprocess.json`` records the checksum of the dictionaries it was encoded with; the translation task
+refuses a split that is not listed there or whose checksum differs. Layout with ``--num-shards K`` (K > 1)::
 
     destdir/dict.<src>.txt dict.<tgt>.txt preprocess.json [spm.model | bpe.codes]
     destdir/valid.<src>-<tgt>.<lang>.{bin,idx}   destdir/test.<src>-<tgt>.<lang>.{bin,idx}
@@ -68,7 +72,9 @@ class PreprocessConfig:
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")
     num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)")
-    overwrite: bool = option(False, "replace the dictionaries of an existing destdir that differ from the new ones")
+    overwrite: bool = option(False, "replace everything earlier runs wrote into --destdir (dictionaries, subword "
+                                    "model, every split) by the new set; without it, new splits are added to the old "
+                                    "ones, which needs the same dictionaries")
     no_progress_bar: bool = option(False, "no progress bar on stderr")
 
     def validate(self) -> None:
@@ -153,6 +159,7 @@ def _init_worker(codec_kind: Optional[str], codec_path: Optional[str], dicts: Op
 
 
 def _read_lines(path: str, start: int, end: int) -> list[str]:
+    """The lines of a chunk, one per ``\n`` as everywhere else (data/lines.py); a CRLF's ``\r`` dropped."""
     with open(path, "rb") as handle:
         handle.seek(start)
         text = handle.read(end - start).decode("utf-8")
@@ -292,15 +299,63 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
     destdir = os.path.abspath(cfg.destdir)
     if os.path.exists(destdir) and not os.path.isdir(destdir):
         raise DataError(f"--destdir {cfg.destdir}: exists and is not a folder")
+    previous = _previous_record(cfg, destdir)
     parent = os.path.dirname(destdir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise DataError(f"--destdir {cfg.destdir}: {existing} is a file, not a folder")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
+    except OSError as exc:
+        raise DataError(f"--destdir {cfg.destdir}: cannot create it ({exc.strerror})") from None
     try:
         record = _build(cfg, splits, scans, tmp, destdir, command)
-        _move_into(tmp, destdir, bool(cfg.trainpref))
+        if previous and not cfg.overwrite:
+            record = _merged(previous, record)
+            _write_record(tmp, record)
+        _move_into(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
         return record
+    except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise DataError(f"--destdir {cfg.destdir}: writing failed: {exc.strerror}{where}; "
+                        f"{cfg.destdir} was left as it was") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _previous_record(cfg: PreprocessConfig, destdir: str) -> Optional[dict]:
+    """The ``preprocess.json`` of an existing ``destdir`` that new splits are added to (None with --overwrite)."""
+    path = os.path.join(destdir, "preprocess.json")
+    if cfg.overwrite or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
+    pair = (previous.get("source_lang"), previous.get("target_lang"))
+    if pair != (cfg.source_lang, cfg.target_lang):
+        raise DataError(f"--destdir {cfg.destdir} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
+                        f"or another --destdir")
+    return previous
+
+
+def _merged(previous: dict, record: dict) -> dict:
+    """The record of a run that added splits to an existing folder: its splits over the folder's old ones."""
+    splits = dict(previous.get("splits") or {})
+    splits.update(record["splits"])
+    return {**record, "splits": splits,
+            "subword": record["subword"] or previous.get("subword"),
+            "num_shards": record["num_shards"] if "train" in record["splits"] else previous.get("num_shards")}
+
+
+def _write_record(folder: str, record: dict) -> None:
+    with open(os.path.join(folder, "preprocess.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
 
 
 def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
@@ -377,12 +432,14 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
         d.save(os.path.join(tmp, f"dict.{lang}.txt"))
 
     # 3. binarize
+    checksums = {lang: d.checksum() for lang, d in dicts.items()}
     record: dict = {
-        "version": 1,
+        "version": 2,
         "command": list(command) if command is not None else None,
         "source_lang": src, "target_lang": tgt,
         "joined_dictionary": bool(cfg.joined_dictionary),
-        "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d)} for lang, d in dicts.items()},
+        "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d), "checksum": checksums[lang]}
+                         for lang, d in dicts.items()},
         "subword": subword_record,
         "num_shards": cfg.num_shards if cfg.trainpref else None,
         "splits": {},
@@ -391,7 +448,7 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
         for name, _ in splits:
             shards = cfg.num_shards if name == "train" else 1
             n = scans[name][src].lines
-            entry: dict = {"sentences": n, "shards": shards}
+            entry: dict = {"sentences": n, "shards": shards, "dictionaries": checksums}
             for lang in (src, tgt):
                 scan = scans[name][lang]
                 dtype = best_dtype(len(dicts[lang]))
@@ -417,17 +474,23 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
                 entry[lang] = {"file": scan.path, "tokens": tokens, "unk": unks,
                                "unk_rate": round(unks / tokens, 6) if tokens else 0.0}
             record["splits"][name] = entry
-    with open(os.path.join(tmp, "preprocess.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+    _write_record(tmp, record)
     return record
 
 
 _SHARD_DIR = re.compile(r"shard\d+$")
+# what nmt-preprocess writes into a folder (other files there are the user's and stay)
+_OURS = re.compile(r"(dict\.[^/]+\.txt|preprocess\.json|spm\.model|bpe\.codes|shard\d+"
+                   r"|[^/.]+\.[^/.]+-[^/.]+\.[^/.]+\.(bin|idx))$")
 
 
-def _move_into(tmp: str, destdir: str, wrote_train: bool) -> None:
-    """Move the finished files into ``destdir`` (a rename when it does not exist yet)."""
+def _move_into(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
+    """Swap the finished files of ``tmp`` into ``destdir`` (a rename when it does not exist yet).
+
+    The entries the new set replaces — with ``overwrite`` everything an earlier run wrote, else the same
+    names and, with new training data, the old ``train.*``/shard folders — are first renamed into a trash
+    folder beside ``destdir``; if a rename fails, every move is undone, so ``destdir`` holds either the old
+    set or the new one. Renames within one file system copy nothing."""
     if not os.path.exists(destdir):
         os.rename(tmp, destdir)
         umask = os.umask(0)
@@ -435,26 +498,34 @@ def _move_into(tmp: str, destdir: str, wrote_train: bool) -> None:
         os.chmod(destdir, 0o777 & ~umask)  # mkdtemp made it private
         os.makedirs(tmp)  # so the caller's cleanup finds something to remove
         return
-    if wrote_train:  # the new training data replaces the old layout (top-level train.* or shard folders)
-        for name in os.listdir(destdir):
-            path = os.path.join(destdir, name)
-            new = os.path.join(tmp, name)
-            if _SHARD_DIR.match(name) and os.path.isdir(path) and not os.path.exists(new):
-                shutil.rmtree(path)
-            elif name.startswith("train.") and name.endswith((".bin", ".idx")) and not os.path.exists(new):
-                os.remove(path)
-    for name in sorted(os.listdir(tmp)):
-        src, dst = os.path.join(tmp, name), os.path.join(destdir, name)
-        if os.path.isdir(src):
-            if os.path.isdir(dst):
-                trash = dst + ".old-" + os.path.basename(tmp)
-                os.rename(dst, trash)
-                os.rename(src, dst)
-                shutil.rmtree(trash, ignore_errors=True)
-            else:
-                os.replace(src, dst)
-        else:
-            os.replace(src, dst)
+    new = set(os.listdir(tmp))
+
+    def replaced(name: str) -> bool:
+        if overwrite:
+            return bool(_OURS.match(name))
+        old_train = wrote_train and (bool(_SHARD_DIR.match(name)) or
+                                     (name.startswith("train.") and name.endswith((".bin", ".idx"))))
+        return name in new or old_train
+
+    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-", dir=os.path.dirname(destdir))
+    moved_out: list[str] = []
+    moved_in: list[str] = []
+    try:
+        for name in sorted(os.listdir(destdir)):
+            if replaced(name):
+                os.rename(os.path.join(destdir, name), os.path.join(trash, name))
+                moved_out.append(name)
+        for name in sorted(new):
+            os.rename(os.path.join(tmp, name), os.path.join(destdir, name))
+            moved_in.append(name)
+    except OSError:
+        for name in moved_in:
+            os.rename(os.path.join(destdir, name), os.path.join(tmp, name))
+        for name in moved_out:
+            os.rename(os.path.join(trash, name), os.path.join(destdir, name))
+        os.rmdir(trash)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def summary_lines(record: dict) -> list[str]:

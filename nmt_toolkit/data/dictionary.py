@@ -73,6 +73,14 @@ class Dictionary:
     def __hash__(self):  # mutable; identity hash is enough for caches keyed by object
         return id(self)
 
+    def checksum(self) -> str:
+        """SHA-256 of the symbols in index order: what decides the ids a text is encoded to (counts do not).
+
+        ``preprocess.json`` records it per split, so a split binarized with another dictionary is refused."""
+        import hashlib
+
+        return hashlib.sha256("\n".join(self.symbols).encode("utf-8")).hexdigest()
+
     def __repr__(self) -> str:
         return f"Dictionary({len(self)} symbols)"
 
@@ -119,7 +127,7 @@ class Dictionary:
     def load(cls, path: str) -> "Dictionary":
         d = cls()
         try:
-            handle = open(path, encoding="utf-8")
+            handle = open(path, encoding="utf-8", newline="\n")  # one line per \n (data/lines.py)
         except OSError as exc:
             raise DataError(f"dictionary {path}: cannot read ({exc.strerror})") from None
         with handle:

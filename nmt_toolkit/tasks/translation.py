@@ -154,8 +154,30 @@ class TranslationTask:
         raise DataError(f"{self._prefix(data, split, self.cfg.source_lang)}.idx: no such split in {data} "
                         f"(splits are written by nmt-preprocess --trainpref/--validpref/--testpref)")
 
+    def check_split(self, split: str) -> None:
+        """Refuse a split that ``preprocess.json`` does not list, or that was encoded with other dictionaries.
+
+        Such files are left from an earlier run (ids of another vocabulary): training on or decoding them
+        gives garbage without a word. A folder without ``preprocess.json`` (fairseq's) is not checked."""
+        record = self._record
+        if not record or (record.get("source_lang"), record.get("target_lang")) != \
+                (self.cfg.source_lang, self.cfg.target_lang):
+            return
+        path = os.path.join(self.cfg.data, "preprocess.json")
+        splits = record.get("splits") or {}
+        if split not in splits:
+            raise DataError(f"{path} does not list the split {split!r} (it lists {', '.join(splits) or 'none'}): "
+                            f"its files are left from an earlier nmt-preprocess run; binarize it again")
+        recorded = splits[split].get("dictionaries") or {}
+        for lang, d in ((self.cfg.source_lang, self.src_dict), (self.cfg.target_lang, self.tgt_dict)):
+            if recorded.get(lang) not in (None, d.checksum()):
+                raise DataError(f"{path}: the split {split!r} was encoded with another dictionary than "
+                                f"{os.path.join(self.cfg.data, f'dict.{lang}.txt')} (checksums differ); "
+                                f"binarize it again with this dictionary")
+
     def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
         folder = self.split_folder(split, epoch)
+        self.check_split(split)
         src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang))
         tgt = MMapIndexedDataset(self._prefix(folder, split, self.cfg.target_lang))
         if len(src) != len(tgt):
