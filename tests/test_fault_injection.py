@@ -1,0 +1,213 @@
+"""Faults on the training side: kill -9 during training and inside a save, damaged checkpoint names, a full disk.
+
+The reference is the same run never interrupted (``--max-update 14``, one process): after any fault,
+running the same command again must end in exactly its state (model, optimizer, scheduler, iterator), every
+``checkpoint*.pt`` on disk must load at every moment, and no temp file may survive the next start.
+
+A killed process is a subprocess (``SIGKILL`` runs no cleanup, so the files are what a crash leaves). Kills
+at exact points of a save come from a small wrapper around ``checkpoints._write_atomically`` in the child
+that SIGKILLs its own process: half-way through writing a temp file, or right after a rename (before the
+copies to the other names). Kills at random moments come from the parent, at seeded random delays.
+"""
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from nmt_toolkit.cli.train import run as train
+from nmt_toolkit.training import checkpoints as C
+from tests.train_helpers import TINY, make_bin
+
+MAX_UPDATE = 14
+# a save after every update (so kills land in saves often), pruning, a best checkpoint every 4 updates
+FLAGS = [*TINY, "--save-interval-updates", "1", "--keep-interval-updates", "2", "--validate-interval-updates", "4",
+         "--keep-best-checkpoints", "2", "--log-format", "none"]
+
+# Runs nmt-train; KILL_AT="<n>:<mid|after>" SIGKILLs this process inside the n-th atomic file write (1-based;
+# config.yaml is the first): "mid" after half of the temp file's bytes are on disk, "after" once it is renamed.
+CHILD = r"""
+import io, os, signal, sys
+from nmt_toolkit.training import checkpoints as C
+n, phase = os.environ["KILL_AT"].split(":") if os.environ.get("KILL_AT") else ("0", "")
+count = [0]
+orig = getattr(C, "_write_atomically", None)  # (absent before issue 19: the plain runs still work)
+
+def killing(path, write, *a, **k):
+    count[0] += 1
+    if count[0] != int(n):
+        return orig(path, write, *a, **k)
+    if phase == "after":
+        orig(path, write, *a, **k)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def half(handle):
+        buf = io.BytesIO()
+        write(buf)
+        data = buf.getvalue()
+        handle.write(data[: len(data) // 2])
+        handle.flush()
+        os.fsync(handle.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return orig(path, half, *a, **k)
+
+if n != "0":
+    C._write_atomically = killing
+from nmt_toolkit.cli.train import run
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    return make_bin(tmp_path_factory.mktemp("tinyf"))
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    assert train([tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(out)]) == 0
+    return C.load_checkpoint(str(out / "checkpoint_last.pt"))
+
+
+def _env():
+    # the child computes the updates the resumed run continues from: same thread count as this process
+    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+
+
+def _child(tiny_bin, save_dir, kill_at="", delay=None, preexec=None):
+    """Run the child; with ``delay``, SIGKILL it that many seconds after its first "saved" log line (when the
+    start-up is over and training is under way), or at once if it ends earlier. Returns (status, stderr,
+    seconds from the first save to the end)."""
+    cmd = [sys.executable, "-c", CHILD, tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(save_dir)]
+    p = subprocess.Popen(cmd, env={**_env(), "KILL_AT": kill_at}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=preexec)
+    lines, first_save = [], None
+    for line in p.stderr:
+        lines.append(line)
+        if first_save is None and " saved " in line:
+            first_save = time.perf_counter()
+            if delay is not None:
+                threading.Timer(delay, p.send_signal, (signal.SIGKILL,)).start()  # no-op once it has ended
+    rc = p.wait(timeout=240)
+    return rc, "".join(lines), time.perf_counter() - (first_save or time.perf_counter())
+
+
+def _temp_files(folder):
+    return sorted(f for f in os.listdir(folder) if f.endswith(".tmp") or f.endswith(".link"))
+
+
+def _all_checkpoints_load(folder):
+    names = sorted(f for f in os.listdir(folder) if f.startswith("checkpoint") and f.endswith(".pt"))
+    for name in names:
+        C.load_checkpoint(os.path.join(folder, name))  # raises DataError for a damaged file
+    return names
+
+
+def _same_state(a, b):
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        for k in sa[i]:
+            assert torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k])), (i, k)
+    assert a["lr_scheduler"] == b["lr_scheduler"]
+    for k in ("num_updates", "iterator", "epoch", "best"):
+        assert a["train_state"][k] == b["train_state"][k], k
+
+
+def _resume_and_compare(tiny_bin, save_dir, reference):
+    assert train([tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(save_dir)]) == 0
+    assert _temp_files(save_dir) == []  # the next start cleaned what the kill left
+    _all_checkpoints_load(save_dir)
+    _same_state(reference, C.load_checkpoint(str(save_dir / "checkpoint_last.pt")))
+    best = C.load_checkpoint(str(save_dir / "checkpoint_best.pt"))["train_state"]
+    assert best["best"] == reference["train_state"]["best"]
+
+
+# The atomic writes of the run: 1 config.yaml; update 1: 2 checkpoint_1_1.pt (torch.save), 3 checkpoint_last.pt
+# (a copy); update 2: 4, 5; update 3: 6, 7; update 4 validates: 8 checkpoint_1_4.pt, 9 checkpoint_best.pt,
+# 10 checkpoint.best_loss_*.pt, 11 checkpoint_last.pt; update 5: 12, 13 (then pruning). So: inside a torch.save,
+# inside a copy to best, inside a copy to last, between the first name and its copies, between a save and pruning.
+@pytest.mark.parametrize("kill_at, half_written", [("4:mid", "checkpoint_1_2.pt"), ("9:mid", "checkpoint_best.pt"),
+                                                   ("11:mid", "checkpoint_last.pt"), ("8:after", None),
+                                                   ("13:after", None)])
+def test_kill_inside_a_save_then_resume_is_exact(tiny_bin, reference, tmp_path, kill_at, half_written):
+    rc, err, _ = _child(tiny_bin, tmp_path, kill_at=kill_at)
+    assert rc == -signal.SIGKILL, err[-2000:]
+    names = _all_checkpoints_load(tmp_path)  # no checkpoint is ever unreadable
+    assert "checkpoint_last.pt" in names
+    if half_written:  # the half-written temp file is there until the next start
+        assert [f.split(".pt.")[0] + ".pt" for f in _temp_files(tmp_path)] == [half_written]
+    _resume_and_compare(tiny_bin, tmp_path, reference)
+
+
+def test_kill_at_random_moments_then_resume_is_exact(tiny_bin, reference, tmp_path):
+    rc, err, train_s = _child(tiny_bin, tmp_path / "timing")  # how long training takes after its first save
+    assert rc == 0, err[-2000:]
+    rng = random.Random(19)
+    killed = 0
+    for i in range(2):
+        folder = tmp_path / f"k{i}"
+        folder.mkdir()
+        for _ in range(2):  # two kills of one run in a row: the second resumes what the first left
+            rc, err, _ = _child(tiny_bin, folder, delay=rng.uniform(0.0, train_s))
+            killed += rc == -signal.SIGKILL
+            assert rc in (0, -signal.SIGKILL), err[-2000:]
+            _all_checkpoints_load(folder)
+        _resume_and_compare(tiny_bin, folder, reference)
+    assert killed >= 2, "the random kills came too late to test anything"
+
+
+def test_damaged_checkpoint_last_leaves_the_other_names_intact(tiny_bin, reference, tmp_path, capsys):
+    assert train([tiny_bin, *FLAGS, "--max-update", "8", "--save-dir", str(tmp_path)]) == 0
+    others = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)
+              if n.startswith("checkpoint") and n != "checkpoint_last.pt"}
+    assert "checkpoint_1_7.pt" in others and "checkpoint_best.pt" in others
+    # truncated (a full disk, a copy cut short): a one-line error naming it; the others still load
+    with open(tmp_path / "checkpoint_last.pt", "r+b") as handle:
+        handle.truncate(os.path.getsize(tmp_path / "checkpoint_last.pt") // 3)
+    capsys.readouterr()
+    assert train([tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "checkpoint_last.pt: not a readable nmt_toolkit checkpoint" in err[-1]
+    assert {n: (tmp_path / n).read_bytes() for n in others} == others
+    for n in others:
+        C.load_checkpoint(str(tmp_path / n))
+    # overwritten by hand with an older checkpoint, as `cp` does (truncate and write the same inode)
+    with open(tmp_path / "checkpoint_last.pt", "r+b") as handle:
+        handle.truncate(0)
+        handle.write(others["checkpoint_1_7.pt"])
+    assert {n: (tmp_path / n).read_bytes() for n in others} == others
+    assert C.load_checkpoint(str(tmp_path / "checkpoint_best.pt"))["train_state"]["num_updates"] == 8
+    _resume_and_compare(tiny_bin, tmp_path, reference)  # resumes at update 7 and ends where the reference ends
+
+
+def _limit_file_size(limit):
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return set_limit
+
+
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tiny_bin, reference, tmp_path):
+    assert train([tiny_bin, *FLAGS, "--max-update", "3", "--save-dir", str(tmp_path)]) == 0
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if n.endswith(".pt")}
+    size = len(before["checkpoint_last.pt"])
+    # files may grow to half a checkpoint: config.yaml and the logs fit, the next checkpoint does not
+    rc, err, _ = _child(tiny_bin, tmp_path, preexec=_limit_file_size(size // 2))
+    lines = err.strip().splitlines()
+    assert rc == 1, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith("nmt-train: error: ") and lines[-1].endswith(
+        "checkpoint_1_4.pt: writing the checkpoint failed: File too large"), lines[-1]
+    assert _temp_files(tmp_path) == []
+    assert {n: (tmp_path / n).read_bytes() for n in before} == before  # nothing already written is touched
+    _resume_and_compare(tiny_bin, tmp_path, reference)
