@@ -47,3 +47,21 @@ class GenerationConfig:
             raise UsageError(f"--sampling-topp must be <= 1, got {self.sampling_topp}")
         if self.no_repeat_ngram_size < 0 or self.prefix_size < 0 or self.min_len < 0:
             raise UsageError("--no-repeat-ngram-size, --prefix-size and --min-len must be >= 0")
+        self._check_length_limits()
+
+    def _check_length_limits(self) -> None:
+        """The limits must leave every source a legal output length: ``min_len <= a * S + b`` for S = 1.
+
+        A sentence's limit is ``a * S + b`` tokens (S: source tokens with its EOS, so S >= 1, the bound
+        grows with S when a >= 0); the search forbids EOS before ``--min-len`` and forces it at the limit.
+        Limits that contradict each other used to be resolved silently — the longer one won, or one token
+        was output — so ``--min-len 500 --max-len-b 3`` gave 500-token translations; now they are an error."""
+        if self.max_len_a < 0:
+            raise UsageError(f"--max-len-a must be >= 0, got {self.max_len_a}")
+        shortest = int(self.max_len_a * 1 + self.max_len_b)  # the search truncates a * S + b the same way
+        needed = max(self.min_len, 1)
+        if shortest < needed:
+            what = f"the {needed} of --min-len" if self.min_len > 1 else "one token"
+            raise UsageError(f"--max-len-a {self.max_len_a:g} --max-len-b {self.max_len_b} contradict: an empty source "
+                             f"(1 token, its EOS) may get at most {shortest} output tokens, fewer than {what}; raise "
+                             f"--max-len-b" + (" or lower --min-len" if self.min_len > 1 else ""))

@@ -157,6 +157,7 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
         unexpected = [k for k in weights if k not in expected]
         if unexpected:
             raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
+        _check_finite(path, weights)
         model.load_state_dict(weights)
         model.eval()
         if device is not None:
@@ -164,3 +165,16 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
         models.append(model)
         configs.append(config)
     return models, configs
+
+
+def _check_finite(path: str, weights: dict) -> None:
+    """A NaN or infinite weight (a diverged run, a damaged file) is an error at load: decoding with it
+    prints ``-inf`` hypotheses and exits 0, a wrong result that looks like a finished run."""
+    from nmt_toolkit.errors import DataError
+
+    for key, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise DataError(f"{path}: tensor {key!r} holds {bad} non-finite values (NaN or inf) of "
+                            f"{tensor.numel()}: the training diverged or the file is damaged; decode with an "
+                            f"earlier checkpoint")

@@ -1,0 +1,168 @@
+"""nmt-generate options that change what is printed or whether it runs: contradictory length limits and
+non-finite checkpoints are errors (issue 19 finding 6), --remove-bpe against sentencepiece's own decoder
+and fairseq's sed rule, --results-path against stdout, and raw --input read one line per \\n (finding 5)."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import sys
+
+import pytest
+import torch
+from test_generate_cli import WORDS, setup_dir  # noqa: F401  (the module's data-bin and random-weight model)
+
+from nmt_toolkit.cli import generate as gen_cli
+from nmt_toolkit.cli import interactive as inter_cli
+from nmt_toolkit.cli import preprocess as prep_cli
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+from nmt_toolkit.training.checkpoints import save_checkpoint
+
+
+def _run(capsys, argv, program=gen_cli):
+    rc = program.run([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if " error: " in line]  # log lines (INFO) may come before it
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _tagged(out: str, tag: str) -> list[str]:
+    return [line.split("\t")[-1] for line in out.split("\n") if line.startswith(f"{tag}-")]
+
+
+@pytest.mark.parametrize("limits, words", [
+    (["--min-len", "500", "--max-len-b", "3"], ["--max-len-b 3", "500", "--min-len"]),
+    (["--max-len-a", "0", "--max-len-b", "-5"], ["--max-len-a 0 --max-len-b -5", "one token"]),
+    (["--max-len-a", "-1"], ["--max-len-a must be >= 0"]),
+])
+def test_contradictory_length_limits_are_one_line_errors(setup_dir, capsys, limits, words):
+    """Before: --min-len 500 --max-len-b 3 printed 500-token outputs; --max-len-a 0 --max-len-b -5 one token."""
+    root, data, ck = setup_dir
+    for program in (gen_cli, inter_cli):
+        rc, out, err = _run(capsys, [data, "--path", ck, *limits], program)
+        line = _one_error(err)
+        assert rc == 2 and not out
+        for w in words:
+            assert w in line, (w, line)
+
+
+def test_limits_that_agree_are_kept(setup_dir, capsys):
+    root, data, ck = setup_dir
+    rc, out, err = _run(capsys, [data, "--path", ck, "--min-len", "3", "--max-len-a", "0", "--max-len-b", "4",
+                                 "--beam", "2"])
+    assert rc == 0, err
+    lengths = [len(h.split()) for h in _tagged(out, "H")]
+    assert len(lengths) == 23 and all(3 <= n <= 4 for n in lengths), lengths
+
+
+def test_non_finite_weights_are_an_error_at_load(setup_dir, capsys, tmp_path):
+    """Before: a checkpoint with NaN weights printed -inf hypotheses and exited 0."""
+    root, data, ck = setup_dir
+    state = torch.load(ck, weights_only=True)
+    key = next(k for k, t in state["model"].items() if k.startswith("decoder.layers.0") and t.dim() == 2)
+    for value in (float("nan"), float("inf")):
+        state["model"][key] = state["model"][key].clone()
+        state["model"][key][0, :3] = value
+        bad = tmp_path / "diverged.pt"
+        save_checkpoint(state, str(bad))
+        rc, out, err = _run(capsys, [data, "--path", bad, "--max-len-b", "3"])
+        line = _one_error(err)
+        assert rc == 1 and not out
+        assert "diverged.pt" in line and key in line and "3 non-finite values" in line
+
+
+def test_results_path_holds_what_stdout_gets(setup_dir, capsys, tmp_path):
+    root, data, ck = setup_dir
+    argv = [data, "--path", ck, "--beam", "2", "--max-len-b", "4", "--decode-workers", "1"]
+    rc, stdout, err = _run(capsys, argv)
+    assert rc == 0, err
+    folder = tmp_path / "results" / "run1"  # created, parents included
+    rc, out, err = _run(capsys, argv + ["--results-path", folder])
+    assert rc == 0 and out == "", err
+    assert (folder / "generate-test.txt").read_text(encoding="utf-8") == stdout
+    (tmp_path / "afile").write_text("x\n")
+    for bad, words in ((tmp_path / "afile", "not a folder"), (tmp_path / "afile" / "sub", "cannot write there"),
+                       ("/proc/nmt-toolkit-test", "cannot write there")):
+        rc, out, err = _run(capsys, argv + ["--results-path", bad])
+        line = _one_error(err)
+        assert rc == 1 and f"--results-path {bad}" in line and words in line, line
+
+
+def test_remove_bpe_sentencepiece_equals_sentencepiece_decoding(setup_dir, capsys):
+    import sentencepiece as spm
+
+    root, data, ck = setup_dir
+    argv = [data, "--path", ck, "--beam", "2", "--max-len-b", "6"]
+    _, plain, _ = _run(capsys, argv)
+    pieces = _tagged(plain, "H")
+    assert any("\u2581" in p for p in pieces)
+    sp = spm.SentencePieceProcessor(model_file=str(data / "spm.model"))
+    want = [sp.decode_pieces(p.split()) for p in pieces]
+    for symbol in ("sentencepiece", "auto"):
+        rc, out, err = _run(capsys, argv + ["--remove-bpe", symbol])
+        assert rc == 0, err
+        assert _tagged(out, "H") == want
+        assert _tagged(out, "D") == _tagged(plain, "D")  # D- lines are detokenized either way
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory):
+    """A subword-nmt data-bin ('@@ ' continuation marks) and a random-weight model over its dictionary."""
+    import random
+
+    root = tmp_path_factory.mktemp("bpe")
+    rng = random.Random(1)
+    for split, n in (("train", 200), ("test", 12)):
+        src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+        (root / f"{split}.en").write_text("\n".join(src) + "\n")
+        (root / f"{split}.de").write_text("\n".join(s.upper() for s in src) + "\n")
+    data = root / "bin"
+    assert prep_cli.run(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(root / "train"),
+                         "--testpref", str(root / "test"), "--bpe", "subword_nmt", "--bpe-merges", "20",
+                         "--joined-dictionary", "--destdir", str(data), "--no-progress-bar"]) == 0
+    d = Dictionary.load(str(data / "dict.en.txt"))
+    torch.manual_seed(1)
+    cfg = TransformerConfig(encoder_layers=1, decoder_layers=1, embed_dim=16, ffn_embed_dim=32, attention_heads=2,
+                            dropout=0.0, share_all_embeddings=True)
+    state = {"model": TransformerModel.build_model(cfg, d, d).state_dict(), "version": 1, "optimizer": {},
+             "config": {"components": {"task": "translation", "model": "transformer", "arch": "transformer_tiny"},
+                        "model": dataclasses.asdict(cfg), "task": {"data": str(data)}}}
+    save_checkpoint(state, str(root / "model.pt"))
+    return data, root / "model.pt"
+
+
+def test_remove_bpe_subword_nmt_equals_fairseqs_sed_rule(bpe_dir, capsys):
+    data, ck = bpe_dir
+    argv = [data, "--path", ck, "--beam", "3", "--nbest", "3", "--max-len-b", "8"]
+    _, plain, _ = _run(capsys, argv)
+    pieces = _tagged(plain, "H")
+    assert len(pieces) == 36 and any("@@ " in p for p in pieces)
+    # fairseq's scripts: sed -r 's/(@@ )|(@@ ?$)//g'
+    want = [re.sub(r"(@@ )|(@@ ?$)", "", p) for p in pieces]
+    for symbol in ("@@ ", "auto"):
+        rc, out, err = _run(capsys, argv + ["--remove-bpe", symbol])
+        assert rc == 0, err
+        assert _tagged(out, "H") == want
+
+
+def test_raw_input_lines_end_at_newlines_only(setup_dir, capsys, tmp_path, monkeypatch):
+    """A stray \\r or U+2028 inside a line is part of it (was: the line was cut in two, shifting the ids)."""
+    root, data, ck = setup_dir
+    raw = tmp_path / "raw.en"
+    raw.write_bytes("A dog\rruns.\nThe cat\u2028sits.\r\nA man.\n".encode("utf-8"))
+    rc, out, err = _run(capsys, [data, "--path", ck, "--input", raw, "--max-len-b", "3"])
+    assert rc == 0, err
+    assert _tagged(out, "S") == ["A dog\rruns.", "The cat\u2028sits.", "A man."]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw.read_bytes()), encoding="utf-8"))
+    rc, out, err = _run(capsys, [data, "--path", ck, "--plain", "--max-len-b", "3"], inter_cli)
+    assert rc == 0, err
+    assert out.count("\n") == 3
+    raw.write_bytes(b"fine\nbroken \xff\n")
+    rc, out, err = _run(capsys, [data, "--path", ck, "--input", raw])
+    assert rc == 1 and f"--input {raw} line 2: invalid UTF-8" in _one_error(err)
