@@ -36,7 +36,6 @@ setup(
         "nmt_toolkit.cli",
     ],
     package_dir={"nmt_toolkit.cli": "cli"},
-    package_data={"nmt_toolkit.modules": ["csrc/*.c"]},  # compiled on first use (modules/cpu_kernels.py)
     install_requires=[
         "torch>=2.2",
         "numpy",

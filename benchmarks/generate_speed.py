@@ -37,6 +37,7 @@ import time
 import torch
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKED = [True]  # --no-cpu-packed-linear sets False
 
 
 def load_sentences(n: int):
@@ -87,13 +88,13 @@ def random_model(arch: str, d):
 
 def count_flops(gen, batches, targets):
     """Matrix-multiply FLOPs (torch's FlopCounterMode: mm, addmm, bmm, attention, and the packed
-    oneDNN products of modules/packed_linear.py) of one untimed decode
+    oneDNN products of generation/cpu.py) of one untimed decode
     and one untimed scoring pass. Their ratio is what the time ratio would be if both ran at the same
     FLOP rate; the time ratio over it is the decode's efficiency loss (small per-step matrices, cache
     reorders, top-k, Python per step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from nmt_toolkit.modules.packed_linear import flop_formulas
+    from nmt_toolkit.generation.cpu import flop_formulas
 
     with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
         for src, lengths in batches:
@@ -118,6 +119,10 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
     gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
                             early_stop=early_stop)
     device = next(model.parameters()).device
+    if device.type == "cpu" and PACKED[0]:  # as nmt-generate does (--cpu-packed-linear, on by default)
+        from nmt_toolkit.generation.cpu import optimize_for_cpu
+
+        optimize_for_cpu(model)
     gen.generate(*batches[len(batches) // 2])  # warm-up
     walls, cpus = [], []
     for _ in range(max(1, repeats)):
@@ -210,7 +215,10 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
                    help="cast the model (nmt-generate --fp16 / --bf16; GPU only)")
+    p.add_argument("--no-cpu-packed-linear", action="store_true", help="decode with torch's own linear kernels "
+                   "(nmt-generate's --no-cpu-packed-linear)")
     args = p.parse_args(argv)
+    PACKED[0] = not args.no_cpu_packed_linear
     if args.batch_size is None and args.max_tokens is None:
         args.max_tokens = 4096
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -69,7 +69,7 @@ def decode_speed(arch: str, vocab: int, sentences: int = 8, beam: int = 4, src_l
         order = torch.arange(sentences).repeat_interleave(beam)
         enc = model.reorder_encoder_out(enc, order)
         prev = torch.full((sentences * beam, 1), 2)
-        state: dict = {}
+        state = model.make_decoder_state(capacity=steps + 1)
         for _ in range(steps):
             logits, _ = model.forward_decoder(prev, enc, incremental_state=state)
             lprobs = F.log_softmax(logits[:, -1].float(), dim=-1)

@@ -109,6 +109,11 @@ def setup(configs: dict):
             raise UsageError(f"{flag} needs a GPU (drop {flag} or --cpu)")
         # log-probabilities, attention softmaxes and scores stay in float32 (see ensemble.py)
         models = [m.to(torch.float16 if io.fp16 else torch.bfloat16) for m in models]
+    if device.type == "cpu" and gen.cpu_packed_linear:
+        from nmt_toolkit.generation.cpu import optimize_for_cpu
+
+        for model in models:
+            optimize_for_cpu(model)
     generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
     codec = task.subword()
     detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)

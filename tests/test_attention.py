@@ -1,7 +1,7 @@
 """Multi-head attention: probabilities, masks, d_k ≠ d_v, the fast path against the explicit one, caches."""
 import torch
 
-from nmt_toolkit.modules.attention import MultiheadAttention, reorder_state
+from nmt_toolkit.modules.attention import MultiheadAttention
 
 
 def _padded(b=3, s=7, d=32):
@@ -59,22 +59,46 @@ def test_key_dim_differs_from_value_dim():
 
 
 def test_incremental_self_attention_and_reorder():
-    x, _ = _padded(b=3, s=20)  # 20 steps > the initial cache capacity of 16: growing is exercised
+    x, _ = _padded(b=3, s=20)
     attn = MultiheadAttention(32, 4, key_dim=8, value_dim=12).eval()
     full, _ = attn(x, causal=True)
-    state = {}
-    steps = [attn(x[:, t:t + 1], causal=True, incremental_state=state)[0] for t in range(20)]
+    cache = attn.empty_cache(3, 5, x)  # 20 steps > capacity 5: the cache grows by doubling
+    steps = [attn(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(20)]
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
-    # reorder the cache, then continue: equals the full pass on reordered inputs
+    assert cache.length == 20 and cache.k.size(2) >= 20
+    # reorder the cache (rows repeat and one disappears), then continue: equals the full pass on reordered inputs
     order = torch.tensor([2, 0, 0])
-    state = {}
+    cache = attn.empty_cache(3, 16, x)
     for t in range(10):
-        attn(x[:, t:t + 1], causal=True, incremental_state=state)
-    reorder_state(state, order)
+        attn(x[:, t:t + 1], causal=True, cache=cache)
+    for _ in range(2):  # twice: the second reorder writes into the first one's spare buffers
+        cache.reorder(torch.arange(3))
+    cache.reorder(order)
     xr = x.index_select(0, order)
     fullr, _ = attn(xr, causal=True)
-    steps = [attn(xr[:, t:t + 1], causal=True, incremental_state=state)[0] for t in range(10, 20)]
+    steps = [attn(xr[:, t:t + 1], causal=True, cache=cache)[0] for t in range(10, 20)]
     assert torch.allclose(torch.cat(steps, 1), fullr[:, 10:], atol=1e-5)
+
+
+def test_cross_attention_cache_serves_the_rows_of_each_sentence_as_one_block():
+    """A cache projected once per sentence, read by the w consecutive rows (beams) of each sentence, equals
+    the plain forward with the encoder output repeated per row; the probabilities come back per row."""
+    torch.manual_seed(1)
+    memory, mask = _padded(b=3, s=7)
+    attn = MultiheadAttention(32, 4, key_dim=8, value_dim=8, self_attention=False).eval()
+    w = 4
+    query = torch.randn(3 * w, 1, 32)
+    expected, expected_probs = attn(query, memory.repeat_interleave(w, 0), mask.repeat_interleave(w, 0),
+                                    need_weights=True)
+    cache = attn.project_memory(memory, mask)
+    for need in (False, True):
+        out, probs = attn(query, cache=cache, need_weights=need)
+        assert torch.allclose(out, expected, atol=1e-5)
+    assert probs.shape == (3 * w, 4, 1, 7) and torch.allclose(probs, expected_probs, atol=1e-6)
+    assert torch.all(probs[w:2 * w, :, :, 5:] == 0)
+    cache.reorder(torch.tensor([2]))  # sentences leave: the cache follows the kept ones
+    out, _ = attn(query[2 * w:], cache=cache)
+    assert torch.allclose(out, expected[2 * w:], atol=1e-5)
 
 
 def test_sdpa_backends_leave_out_cudnn_on_cuda_only():

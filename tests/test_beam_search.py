@@ -55,7 +55,7 @@ def test_length_penalty_formulas():
 
 
 @pytest.mark.parametrize("seed,alpha,style", [(1, 0.6, "gnmt"), (2, 0.6, "gnmt"), (3, 1.0, "fairseq"), (4, 0.0, "gnmt")])
-def test_beam_equals_exhaustive_search(seed, alpha, style, decode_kernels):
+def test_beam_equals_exhaustive_search(seed, alpha, style):
     """beam = |V|, max 3 tokens: the best hypothesis is the best of all 258 possible outputs."""
     d = make_dict(4)  # 8 symbols: <s> <pad> </s> <unk> w0..w3
     model = make_model(d, seed)
@@ -95,7 +95,7 @@ def greedy_reference(model, d, src, lengths, max_len):
 
 
 @torch.no_grad()
-def test_beam_one_is_greedy(decode_kernels):
+def test_beam_one_is_greedy():
     d = make_dict(20)
     model = make_model(d, 5, peak=2.0)
     src, lengths = make_batch(d, [6, 9, 4], 5)
@@ -108,7 +108,7 @@ def test_beam_one_is_greedy(decode_kernels):
         assert out[i][0]["score"] == pytest.approx(total / length_penalty(float(len(toks)), 0.6), abs=1e-4)
 
 
-def test_batched_equals_one_at_a_time_and_scores_equal_score_reference(decode_kernels):
+def test_batched_equals_one_at_a_time_and_scores_equal_score_reference():
     d = make_dict(24)
     model = make_model(d, 7, peak=3.0)
     src, lengths = make_batch(d, [7, 3, 11, 5, 9], 7)
@@ -130,7 +130,7 @@ def test_batched_equals_one_at_a_time_and_scores_equal_score_reference(decode_ke
         torch.testing.assert_close(h[0]["positional_scores"], r[0]["positional_scores"], atol=1e-4, rtol=0)
 
 
-def test_ensemble_of_a_model_with_itself_equals_the_model(decode_kernels):
+def test_ensemble_of_a_model_with_itself_equals_the_model():
     d = make_dict(16)
     model = make_model(d, 9, peak=3.0)
     src, lengths = make_batch(d, [5, 8], 9)
@@ -141,7 +141,7 @@ def test_ensemble_of_a_model_with_itself_equals_the_model(decode_kernels):
         assert a[0]["score"] == pytest.approx(b[0]["score"], abs=1e-5)
 
 
-def test_constraints_min_len_max_len_prefix_no_repeat_unkpen(decode_kernels):
+def test_constraints_min_len_max_len_prefix_no_repeat_unkpen():
     d = make_dict(12)
     model = make_model(d, 11, peak=1.0)
     src, lengths = make_batch(d, [6, 4], 11)
@@ -190,7 +190,7 @@ def test_row_topk_equals_topk():
 
 
 @pytest.mark.parametrize("need_attn", [False, True])
-def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn, decode_kernels):
+def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn):
     """Sentence-level encoder keys/values and the chunked top-k give the generic layout's hypotheses."""
     import nmt_toolkit.generation.beam_search as bs
 

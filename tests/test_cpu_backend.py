@@ -1,12 +1,14 @@
-"""modules/packed_linear.py: oneDNN products with packed weights at inference, the module's own call elsewhere."""
+"""generation/cpu.py: oneDNN products with packed weights at inference, swapped in from outside the model;
+F.linear elsewhere, and the whole back end off where the private ops are missing or disagree."""
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from nmt_toolkit.modules import packed_linear
+from nmt_toolkit.generation import cpu
+from nmt_toolkit.generation.cpu import PackedLinear, optimize_for_cpu
 
-needs_onednn = pytest.mark.skipif(not packed_linear._AVAILABLE, reason="this torch build has no oneDNN linear")
+needs_onednn = pytest.mark.skipif(not cpu.packing_works(), reason="this torch build has no oneDNN linear")
 
 
 class _Ops(TorchDispatchMode):
@@ -36,12 +38,10 @@ def test_inference_equals_the_module_and_takes_the_packed_path(shape, bias):
     x = torch.randn(*shape)
     expected = layer(x).detach()
     with torch.inference_mode():
-        out, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
-        fused, _ = _packed_ran(lambda: packed_linear.apply(layer, x, relu=True))
+        out, packed = _packed_ran(lambda: PackedLinear.of(layer)(x))
     assert packed == (x.numel() > 0)  # no rows: nothing worth packing
     assert out.shape == expected.shape
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(fused, expected.relu(), atol=1e-5, rtol=1e-5)
 
 
 @needs_onednn
@@ -52,68 +52,84 @@ def test_small_products_stay_on_torchs_kernel(rows, features, packed):
     """Below about 0.8 M multiply-adds (or under 256 rows for a small weight) oneDNN's call overhead loses."""
     layer = torch.nn.Linear(*features)
     with torch.inference_mode():
-        _, ran = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(rows, features[0])))
+        _, ran = _packed_ran(lambda: PackedLinear.of(layer)(torch.randn(rows, features[0])))
     assert ran == packed
 
 
 def test_training_and_no_grad_call_the_module():
-    layer = torch.nn.Linear(16, 8)
-    x = torch.randn(4, 16, requires_grad=True)
-    y, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+    layer = PackedLinear.of(torch.nn.Linear(256, 1024))
+    x = torch.randn(300, 256, requires_grad=True)
+    y, packed = _packed_ran(lambda: layer(x))
     assert not packed
     y.sum().backward()
     assert layer.weight.grad is not None and x.grad is not None
     with torch.no_grad():
-        _, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
+        _, packed = _packed_ran(lambda: layer(x))
     assert not packed  # validation under no_grad keeps torch's own kernel
 
 
 @needs_onednn
 def test_a_weight_updated_in_place_is_packed_again():
     torch.manual_seed(0)
-    layer = torch.nn.Linear(256, 768)
+    layer = PackedLinear.of(torch.nn.Linear(256, 768))
     x = torch.randn(10, 256)
     with torch.inference_mode():
-        before = packed_linear.apply(layer, x)
+        before = layer(x)
     with torch.no_grad():  # an optimizer step: same storage, new values
         layer.weight.mul_(-2.0).add_(0.5)
     with torch.inference_mode():
-        after = packed_linear.apply(layer, x)
-    torch.testing.assert_close(after, layer(x).detach(), atol=1e-5, rtol=1e-5)
+        after = layer(x)
+    torch.testing.assert_close(after, torch.nn.functional.linear(x, layer.weight, layer.bias).detach(), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(before, after)
 
 
-def test_hooks_plugins_and_disabled_onednn_keep_the_module_call():
-    layer = torch.nn.Linear(256, 1024)
-    seen = []
-    handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
-    with torch.inference_mode():
-        _, packed = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(8, 256)))
-    handle.remove()
-    assert seen == [torch.Size([8, 1024])] and not packed
-
+def test_hooked_and_plugin_layers_are_not_swapped_and_state_dict_names_stay():
     class LoRALinear(torch.nn.Linear):  # a plugin's replacement layer: its own forward must run
         def forward(self, x):
             return super().forward(x) + 1.0
 
-    lora = LoRALinear(256, 1024)
-    x = torch.randn(8, 256)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), LoRALinear(1024, 256), torch.nn.Linear(256, 8))
+    seen = []
+    model[2].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    names = list(model.state_dict())
+    x = torch.randn(300, 256)
+    expected = model(x).detach()
+    assert optimize_for_cpu(model) == cpu.packing_works()
+    assert list(model.state_dict()) == names
+    assert type(model[1]) is LoRALinear and type(model[2]) is torch.nn.Linear
     with torch.inference_mode():
-        torch.testing.assert_close(packed_linear.apply(lora, x), torch.nn.functional.linear(x, lora.weight, lora.bias) + 1.0)
+        torch.testing.assert_close(model(x), expected, atol=1e-4, rtol=1e-5)
         with torch.backends.mkldnn.flags(enabled=False):
-            _, packed = _packed_ran(lambda: packed_linear.apply(layer, x))
-    assert not packed
-    with torch.inference_mode():
-        _, packed = _packed_ran(lambda: packed_linear.apply(layer.double(), x.double()))
-    assert not packed  # float32 only
+            _, packed = _packed_ran(lambda: model(x))
+        assert not packed
+        _, packed = _packed_ran(lambda: PackedLinear.of(torch.nn.Linear(256, 1024).double())(x.double()))
+    assert not packed and len(seen) == 3  # float32 only; the hook ran every time
+
+
+def test_private_ops_that_are_missing_or_disagree_leave_the_model_alone(monkeypatch):
+    """optimize_for_cpu checks the private ops on a probe: an op that is gone or computes something else
+    (a torch release may change them) means torch's own kernels, not wrong translations."""
+    def wrong(x, packed, bias, *args):
+        return torch.zeros(x.shape[:-1] + (packed.size(0),))
+
+    def gone(*args):
+        raise RuntimeError("No such operator mkldnn::_linear_pointwise")
+
+    for broken in (wrong, gone):
+        cpu.packing_works.cache_clear()
+        monkeypatch.setattr(cpu, "_packed_product", broken)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024))
+        assert not optimize_for_cpu(model)
+        assert type(model[0]) is torch.nn.Linear
+    cpu.packing_works.cache_clear()
 
 
 @needs_onednn
 def test_flop_counter_counts_packed_products_like_mm():
     layer = torch.nn.Linear(256, 1024)
     with torch.inference_mode():
-        with FlopCounterMode(display=False, custom_mapping=packed_linear.flop_formulas()) as counter:
-            _, packed = _packed_ran(lambda: packed_linear.apply(layer, torch.randn(5, 7, 256)))
+        with FlopCounterMode(display=False, custom_mapping=cpu.flop_formulas()) as counter:
+            _, packed = _packed_ran(lambda: PackedLinear.of(layer)(torch.randn(5, 7, 256)))
     assert packed and counter.get_total_flops() == 2 * 5 * 7 * 256 * 1024
 
 
@@ -130,6 +146,7 @@ def test_decoding_with_and_without_packed_weights_agrees():
                             attention_heads=4, dropout=0.0, share_all_embeddings=True)
     torch.manual_seed(1)
     model = TransformerModel.build_model(cfg, d, d).eval()
+    assert optimize_for_cpu(model) == cpu.packing_works()
     gen = SequenceGenerator([model], d, beam_size=4, max_len_a=1.0, max_len_b=5)
     src = torch.randint(4, len(d), (6, 9))
     src[3, 6:] = d.pad()
@@ -144,7 +161,7 @@ def test_decoding_with_and_without_packed_weights_agrees():
     (packed_hyps, packed_scores), packed = _packed_ran(decode)
     with torch.backends.mkldnn.flags(enabled=False):
         (plain_hyps, plain_scores), plain = _packed_ran(decode)
-    assert packed == packed_linear._AVAILABLE and not plain
+    assert packed == cpu.packing_works() and not plain
     for a, b in zip(packed_hyps + packed_scores, plain_hyps + plain_scores):
         assert torch.equal(a[0]["tokens"], b[0]["tokens"])
         assert abs(a[0]["score"] - b[0]["score"]) <= 1e-4

@@ -63,7 +63,7 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
     prev = torch.cat([torch.full((3, 1), EOS), _tokens(3, 19, seed=2)], 1)  # 20 steps: the cache grows
     enc = model.forward_encoder(src, None)
     full, full_attn = model.forward_decoder(prev, enc, need_attn=True)
-    state = {}
+    state = model.make_decoder_state(capacity=4)  # 20 steps: the caches grow
     steps, attns = [], []
     for t in range(1, 21):
         logits, attn = model.forward_decoder(prev[:, :t], enc, incremental_state=state, need_attn=True)
@@ -75,7 +75,7 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
     assert torch.all(full_attn[1, :, 3:] == 0)
     # beam-style reorder after 8 steps, then continue
     order = torch.tensor([1, 1, 0])
-    state = {}
+    state = model.make_decoder_state()
     for t in range(1, 9):
         model.forward_decoder(prev[:, :t], enc, incremental_state=state)
     model.reorder_incremental_state(state, order)
@@ -86,45 +86,30 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
     assert (torch.cat(steps, 1) - full_r[:, 8:]).abs().max() <= 1e-5
 
 
-def test_step_projection_follows_in_place_weight_updates():
-    """The decoding step projects through a cached [D, V] copy of the output matrix: it must equal the full
-    forward, and a weight changed in place (an optimizer step, load_state_dict) must not leave it stale."""
-    model = _model()
-    src, prev = _tokens(2, 5), torch.cat([torch.full((2, 1), EOS), _tokens(2, 3, seed=2)], 1)
-    enc = model.forward_encoder(src, None)
-    for round_ in range(2):
-        with torch.no_grad():
-            full, _ = model.forward_decoder(prev, enc)
-            state = {}
-            steps = [model.forward_decoder(prev[:, :t], enc, incremental_state=state)[0].clone() for t in (1, 2, 3, 4)]
-        assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5, round_
-        with torch.no_grad():
-            model.decoder.output_weight().mul_(1.5)  # in place: same storage, new version
-
-
-def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking(decode_kernels):
-    """The beam search's layout (keys never move; an ancestry mask) against one cache row per beam."""
+def test_sentence_level_state_equals_per_row_state_through_reorders_and_shrinking():
+    """The beam search's layout (encoder output and encoder-decoder keys once per sentence, its beams as one
+    query block; sentences leaving the batch) against one encoder row per decoder row."""
     from nmt_toolkit.generation.beam_search import _compacting_order
 
     model = _model(key_dim=6, value_dim=10)
     k, n = 3, 5
     src = _tokens(n, 7)
     src[2, 4:] = PAD
-    enc_sent = model.forward_encoder(src, None)  # one row per sentence (beam layout)
-    enc_rows = enc_sent  # one row per decoder row (per-row layout)
-    beam_state = {"_beam": k, "_sentences": n, "_capacity": 3}  # a small capacity: the caches grow
-    row_state = {"_capacity": 3}
+    enc_sent = model.forward_encoder(src, None)  # one row per sentence
+    enc_rows = enc_sent  # one row per decoder row
+    sent_state = model.make_decoder_state(beam=k, sentences=n, capacity=3)  # a small capacity: the caches grow
+    row_state = model.make_decoder_state(capacity=3)
     gen = torch.Generator().manual_seed(3)
     tokens = torch.full((n, 1), EOS)
     width, live, shrunk = 1, n, 0
     with torch.inference_mode():
         for step in range(9):
-            a = model.decoder.forward_step(tokens, enc_sent, beam_state)[0].clone()
-            b = model.decoder.forward_step(tokens, enc_rows, row_state)[0]
+            a = model.forward_decoder(tokens, enc_sent, sent_state)[0].clone()
+            b = model.forward_decoder(tokens, enc_rows, row_state)[0]
             assert (a - b).abs().max() <= 1e-5, step
             parents = torch.randint(0, width, (live, k), generator=gen)
             keep = None
-            if step in (3, 6):  # sentences 1 (and later another) leave the batch
+            if step in (3, 6):  # sentence 1 (and later another) leaves the batch
                 done = torch.zeros(live, dtype=torch.bool)
                 done[1] = True
                 keep = _compacting_order(done)
@@ -132,7 +117,7 @@ def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking(d
                 shrunk += 1
             sent = keep if keep is not None else torch.arange(live)
             new_order = (sent.unsqueeze(1) * width + parents).view(-1)
-            model.reorder_incremental_state(beam_state, new_order, sentence_order=keep, per_sentence=True)
+            model.reorder_incremental_state(sent_state, new_order, sentence_order=keep, per_sentence=True)
             model.reorder_incremental_state(row_state, new_order)
             if keep is not None:
                 enc_sent = model.reorder_encoder_out(enc_sent, keep)
@@ -140,8 +125,30 @@ def test_beam_layout_cache_equals_per_row_cache_through_reorders_and_shrinking(d
             live, width = sent.numel(), k
             tokens = torch.cat([tokens.index_select(0, new_order),
                                 torch.randint(3, 40, (live * k, 1), generator=gen)], 1)
-    assert shrunk == 2 and live == n - 2
-    assert beam_state[next(key for key, e in beam_state.items() if isinstance(e, dict) and "len" in e)]["v"].size(2) > 3
+    assert shrunk == 2 and live == n - 2 and sent_state.sentences == n - 2
+    assert sent_state.self_attn[0].k.size(2) > 3 and sent_state.cross_attn[0].k.size(0) == n - 2
+
+
+def test_incremental_state_is_a_typed_decoder_state():
+    model = _model()
+    enc = model.forward_encoder(_tokens(2, 5), None)
+    with pytest.raises(TypeError, match="DecoderState"):
+        model.forward_decoder(torch.full((2, 1), EOS), enc, incremental_state={})
+
+
+def test_model_and_modules_use_no_cpu_back_end():
+    """Issue 21: the model is plain PyTorch; back ends (generation/cpu.py, export/) sit beside it."""
+    import pathlib
+
+    import nmt_toolkit
+
+    root = pathlib.Path(nmt_toolkit.__file__).parent
+    for folder in ("models", "modules"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for word in ("packed_linear", "cpu_kernels", "_weight_t_cache", "mkldnn", "ctypes", "nmt_toolkit.generation"):
+                assert word not in text, (path, word)
+    assert len((root / "modules" / "attention.py").read_text(encoding="utf-8").splitlines()) <= 300
 
 
 def test_shared_embeddings_are_one_parameter():
@@ -170,7 +177,7 @@ def test_bf16_forward_on_cpu():
     model = model.to(torch.bfloat16)
     out = model(src, None, prev)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
-    state = {}
+    state = model.make_decoder_state()
     enc = model.forward_encoder(src, None)
     assert model.forward_decoder(prev[:, :1], enc, incremental_state=state)[0].dtype == torch.bfloat16
 

@@ -4,12 +4,12 @@ All beams of all sentences of a batch form one decoder batch of ``bsz * beam`` r
 every beam is the same sentence start, runs one row per sentence). The encoder runs once; its output and
 the encoder–decoder keys/values are kept once per *sentence* (models that declare
 ``supports_sentence_level_encoder_out``), the beams of a sentence attending as one query block.
+The search owns each model's incremental state (``make_decoder_state``, see modules/caches.py).
 Each step: log_softmax (fp32) of the last position → top ``2*beam`` over beam×V per sentence (twice the
 beam, so that ``beam`` non-EOS candidates remain when some end; computed as the top ``2*beam`` of each row
 plus its cumulative score, then of the sentence's rows) → the EOS candidates among the first ``beam`` are
-*finalized* → the first ``beam`` non-EOS candidates continue → the incremental state follows them (in the
-beam layout of modules/attention.py only an ancestry table changes) and the sentences that are done leave
-the batch (the last active sentences take their places, so that few caches move; only then are the
+*finalized* → the first ``beam`` non-EOS candidates continue → the incremental state follows them and the
+sentences that are done leave the batch (the last active sentences take their places; only then are the
 per-sentence encoder tensors indexed).
 
 Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
@@ -43,7 +43,6 @@ import torch
 
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.sampling import sample_candidates
-from nmt_toolkit.modules import cpu_kernels
 from nmt_toolkit.modules.attention import sdpa_backends
 
 NEG_INF = float("-inf")
@@ -177,9 +176,7 @@ class SequenceGenerator:
         width = 1 if not self.sampling else k
         if width == k and not per_sentence:
             encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
-        # the beam layout of the self-attention caches (modules/attention.py) needs rows grouped by sentence
-        beam_layout = {"_beam": k, "_sentences": bsz} if per_sentence and k > 1 else {}
-        states: list[dict] = [{"_capacity": steps + 1, **beam_layout} for _ in model.models]
+        states = model.make_decoder_states(beam=k, sentences=bsz if per_sentence else None, capacity=steps + 1)
 
         tokens = torch.full((bsz * width, steps + 2), pad, dtype=torch.long, device=dev)
         tokens[:, 0] = eos
@@ -200,12 +197,9 @@ class SequenceGenerator:
         beam_offsets = torch.arange(bsz, device=dev).unsqueeze(1) * k
         sent_offsets = torch.arange(bsz, device=dev).unsqueeze(1)
         n = bsz
-        fused = self._fused_candidates()
         for step in range(steps + 1):
             lprobs, step_attn = model.log_probs(tokens[:, : step + 1], encoder_outs, states,
-                                                temperature=self.temperature, need_attn=need_attn, normalize=not fused)
-            if fused:  # logits: their log-normaliser before the constraints, which only ever lower a logit
-                lse = cpu_kernels.row_logsumexp(lprobs)
+                                                temperature=self.temperature, need_attn=need_attn)
             lprobs = self._constrain(lprobs, tokens, step, row_max, prefix_rows)
             if attn is not None and step_attn is not None:
                 attn[:, step + 1, : step_attn.size(-1)] = step_attn
@@ -213,15 +207,7 @@ class SequenceGenerator:
 
             # ---- candidates: 2k per sentence over beam x V
             prev = None if step == 0 else scores[:, step - 1]
-            if fused:  # the best 2k logits of each row minus the row's lse are its best 2k log-probabilities
-                row_scores, row_tokens = cpu_kernels.row_topk(lprobs, 2 * k)
-                row_scores = row_scores - lse.unsqueeze(1)
-                if prev is not None:
-                    row_scores = row_scores + prev.unsqueeze(1)
-                cand_scores, j = row_scores.view(n, width * 2 * k).topk(2 * k, dim=1)
-                cand_beams = torch.div(j, 2 * k, rounding_mode="floor")
-                cand_tokens = row_tokens.view(n, width * 2 * k).gather(1, j)
-            elif self.sampling:
+            if self.sampling:
                 cand_scores, cand_idx = sample_candidates(lprobs, prev, n, k, self.sampling_topk,
                                                           self.sampling_topp, self.generator)
             elif vocab >= _CHUNKED_TOPK_MIN_VOCAB:
@@ -296,16 +282,6 @@ class SequenceGenerator:
                 model.reorder_incremental_state(states, new_order)
             width = k
         return self._collect(fin, src_lengths)
-
-    def _fused_candidates(self) -> bool:
-        """Whether this search takes a step's candidates from the logits through the C kernels of
-        modules/cpu_kernels.py (row log-normaliser and row top-2k, one read of the logits each) instead of a
-        log_softmax and torch's top-k: a beam search (not sampling) of one model on the CPU in float32 with a
-        vocabulary where the chunked top-k applies. Same candidates; scores equal to float32 rounding."""
-        if self.sampling or not self.model.single or self.vocab_size < _CHUNKED_TOPK_MIN_VOCAB:
-            return False
-        p = next(self.model.parameters(), None)
-        return p is not None and cpu_kernels.usable(p)
 
     def _constrain(self, lprobs, tokens, step, row_max, prefix_rows):
         """Apply pad ban, <unk> penalty, min/max length, forced prefix and the no-repeat-n-gram ban."""

@@ -1,4 +1,4 @@
-"""Linear layers at inference on the CPU: oneDNN's inner product with every weight packed once.
+"""CPU decoding back end: the linear layers of a model about to decode, through oneDNN with weights packed once.
 
 Why. torch's ``F.linear`` on the CPU calls MKL's sgemm. A beam step multiplies a few hundred rows (fewer as
 sentences finish) by the same weights again and again, and for such products oneDNN, given the weight
@@ -19,11 +19,15 @@ rows × in → out          F.linear               packed
 and with two threads 109 → 202 GFLOP/s for the 256-row output projection. The results agree with
 ``F.linear`` to float32 rounding (both are IEEE fp32 products, summed in another order).
 
-When. Only under ``torch.inference_mode()`` (nmt-generate, nmt-interactive, ``score_reference``), for
-float32 CPU tensors, a plain :class:`torch.nn.Linear` (or a bare weight) without hooks, for products big
-enough to gain (:func:`_worth_packing`), and while ``torch.backends.mkldnn`` is available and enabled
-(``torch.backends.mkldnn.flags(enabled=False)``, or ``NMT_TOOLKIT_PACKED_LINEAR=0`` in the environment,
-turns this off). Everything else, training included, calls the module as before.
+When. :func:`optimize_for_cpu` is applied by nmt-generate and nmt-interactive to the models they load, once,
+before decoding, when they decode on the CPU (``--cpu-packed-linear``, on by default; ``--no-cpu-packed-linear``
+keeps torch's own kernels): it swaps every plain :class:`torch.nn.Linear` for a :class:`PackedLinear` (the
+same parameters under the same names, so ``state_dict`` does not change) and the decoder's output projection
+for a packed product. It first checks that torch's private ops exist *and* give ``F.linear``'s result on a
+probe; otherwise it leaves the model as it is. A packed layer takes the packed path only under
+``torch.inference_mode()``, for float32 CPU tensors and products big enough to gain (:func:`_worth_packing`);
+anything else (training, gradients, other dtypes or devices) is ``F.linear``. The model itself knows nothing of
+this module.
 
 Cost. Memory: one packed copy per weight (as much again as the weights, kept while the weight lives),
 and oneDNN keeps a compiled primitive per row count it has seen (a bounded cache, 0.4-2 MB each): the
@@ -34,7 +38,8 @@ base-shaped one at 1,294 against 1,088 MB. Packing takes milliseconds and is red
 """
 from __future__ import annotations
 
-import os
+import functools
+import logging
 import threading
 from typing import Optional
 
@@ -42,6 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
+
+logger = logging.getLogger("nmt_toolkit.generation.cpu")
 
 _PACK_FOR_ROWS = 64  # the row count oneDNN chooses the layout for (16..1024 measured alike)
 _LARGE_WEIGHT = 1 << 17  # weight elements (in x out) from which a few rows already gain
@@ -51,16 +58,28 @@ _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (its version k
 _lock = threading.Lock()  # decode workers share one model: pack each weight once
 
 
-def _ops_available() -> bool:
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR_ROWS)
+
+
+def _packed_product(x, packed, bias):
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+@functools.lru_cache(maxsize=1)
+def packing_works() -> bool:
+    """Whether torch's private oneDNN ops exist here and give ``F.linear``'s result (to float32 rounding) on
+    a probe; checked once per process. They are private: a torch release may drop or change them."""
     try:
-        torch.ops.mkldnn._linear_pointwise.default
-        torch.ops.mkldnn._reorder_linear_weight.default
-    except (AttributeError, RuntimeError):
+        if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+            return False
+        gen = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(shape, generator=gen) for shape in ((64, 96), (80, 96), (80,)))
+        with torch.inference_mode():
+            got = _packed_product(x, _pack(w), b)
+        return got.shape == (64, 80) and torch.allclose(got, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
+    except (AttributeError, RuntimeError, TypeError):
         return False
-    return torch.backends.mkldnn.is_available()
-
-
-_AVAILABLE = _ops_available() and os.environ.get("NMT_TOOLKIT_PACKED_LINEAR", "1") != "0"
 
 
 def _worth_packing(rows: int, weight_elements: int) -> bool:
@@ -75,7 +94,7 @@ def _worth_packing(rows: int, weight_elements: int) -> bool:
 
 def usable(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> bool:
     """Whether ``x @ weight.T (+ bias)`` takes the packed path (the conditions in the module docstring)."""
-    return (_AVAILABLE and torch.backends.mkldnn.enabled and torch.is_inference_mode_enabled()
+    return (torch.is_inference_mode_enabled() and torch.backends.mkldnn.enabled
             and x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
             and weight.device.type == "cpu" and weight.dim() == 2 and x.dim() >= 2
             and (bias is None or bias.dtype == torch.float32)
@@ -95,30 +114,70 @@ def _packed_weight(weight: torch.Tensor) -> torch.Tensor:
     with _lock:
         cached = _packed.get(weight)
         if cached is None or cached[0] != key:
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR_ROWS))
+            cached = (key, _pack(weight))
             _packed[weight] = cached
     return cached[1]
 
 
-def product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-            relu: bool = False) -> torch.Tensor:
-    """The packed product itself, for a caller that has checked :func:`usable`."""
-    return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(weight), bias, "relu" if relu else "none", [], "")
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-           relu: bool = False) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` (then ReLU, fused, when ``relu``), packed where :func:`usable`."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``, packed where :func:`usable`."""
     if usable(x, weight, bias):
-        return product(x, weight, bias, relu)
-    y = F.linear(x, weight, bias)
-    return y.relu_() if relu else y
+        return _packed_product(x, _packed_weight(weight), bias)
+    return F.linear(x, weight, bias)
+
+
+class PackedLinear(nn.Linear):
+    """An :class:`torch.nn.Linear` (the same ``weight`` and ``bias`` parameters) whose product is
+    :func:`linear`."""
+
+    @classmethod
+    def of(cls, layer: nn.Linear) -> "PackedLinear":
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.in_features, new.out_features = layer.in_features, layer.out_features
+        new.weight, new.bias = layer.weight, layer.bias
+        new.train(layer.training)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+class _PackedProjection:
+    """The decoder's output projection ``x @ W^T`` through :func:`linear` (a plain callable, not a module,
+    so that the model's ``state_dict`` keeps its names)."""
+
+    def __init__(self, decoder: nn.Module):
+        self.decoder = decoder
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.decoder.output_weight())
+
+
+def optimize_for_cpu(model: nn.Module) -> bool:
+    """Swap, in place and once before decoding, the plain linear layers of ``model`` for :class:`PackedLinear`
+    and every decoder's output projection (a module with ``project`` and ``output_weight``) for a packed
+    product. Returns False, leaving the model unchanged, where :func:`packing_works` does not hold."""
+    if not packing_works():
+        logger.info("packed oneDNN linear layers unavailable or not matching F.linear here: torch's kernels")
+        return False
+    swapped = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear and not child._forward_hooks and not child._forward_pre_hooks:
+                setattr(module, name, PackedLinear.of(child))
+                swapped += 1
+        if callable(getattr(module, "output_weight", None)) and callable(getattr(module, "project", None)):
+            module.project = _PackedProjection(module)
+            swapped += 1
+    logger.debug("packed oneDNN products for %d linear maps", swapped)
+    return swapped > 0
 
 
 def flop_formulas() -> dict:
     """``FlopCounterMode(custom_mapping=flop_formulas())`` counts the packed products as torch counts ``mm``
     (2 FLOPs per multiply-add), which it does not do by itself."""
-    if not _AVAILABLE:
+    if not packing_works():
         return {}
 
     def linear_flops(x_shape, w_shape, *args, **kwargs) -> int:
@@ -128,13 +187,3 @@ def flop_formulas() -> dict:
         return 2 * rows * x_shape[-1] * w_shape[0]
 
     return {torch.ops.mkldnn._linear_pointwise: linear_flops}  # FlopCounterMode keys by op packet
-
-
-def apply(layer: nn.Module, x: torch.Tensor, relu: bool = False) -> torch.Tensor:
-    """``layer(x)`` (then ReLU) for a linear sub-module: packed for a plain hook-free ``nn.Linear`` at
-    inference, the module's own call otherwise (a plugin's replacement layer, registered hooks, training)."""
-    if type(layer) is nn.Linear and not layer._forward_hooks and not layer._forward_pre_hooks \
-            and usable(x, layer.weight, layer.bias):
-        return product(x, layer.weight, layer.bias, relu)
-    y = layer(x)
-    return y.relu_() if relu else y

@@ -75,6 +75,12 @@ class EnsembleModel(nn.Module):
         """Whether every model decodes with encoder outputs kept once per sentence (not per beam)."""
         return all(getattr(m, "supports_sentence_level_encoder_out", False) for m in self.models)
 
+    def make_decoder_states(self, beam: int = 1, sentences: Optional[int] = None, capacity: int = 16) -> list:
+        """One empty incremental state per model: the model's own (``make_decoder_state``), or a plain dict
+        for a model without one (a plugin's ``forward_decoder`` that keeps its own dict)."""
+        return [m.make_decoder_state(beam=beam, sentences=sentences, capacity=capacity)
+                if hasattr(m, "make_decoder_state") else {} for m in self.models]
+
     def reorder_incremental_state(self, states: list, new_order: torch.Tensor,
                                   sentence_order: Optional[torch.Tensor] = None, per_sentence: bool = False) -> None:
         for i, (m, s) in enumerate(zip(self.models, states)):
@@ -86,17 +92,13 @@ class EnsembleModel(nn.Module):
                 states[i] = out
 
     def log_probs(self, prev_output_tokens: torch.Tensor, encoder_outs: list, states: Optional[list],
-                  temperature: float = 1.0, need_attn: bool = False, last_only: bool = True, normalize: bool = True):
+                  temperature: float = 1.0, need_attn: bool = False, last_only: bool = True):
         """Log-probabilities (fp32) of the next token: ``[B, V]`` when ``last_only`` else ``[B, T, V]``.
 
-        With ``states`` (one dict per model) decoding is incremental: only the last position is computed.
-        Returns ``(lprobs, attn)``; ``attn`` is the encoder–decoder attention (``[B, S]`` / ``[B, T, S]``,
-        averaged over models) when ``need_attn``. ``normalize=False`` (one model only) returns the logits
-        divided by the temperature instead, for a caller that normalises them itself (the beam search's
-        C candidate kernels); they are the caller's to overwrite.
+        With ``states`` (one per model, :meth:`make_decoder_states`) decoding is incremental: only the last
+        position is computed. Returns ``(lprobs, attn)``; ``attn`` is the encoder–decoder attention (``[B, S]`` /
+        ``[B, T, S]``, averaged over models) when ``need_attn``.
         """
-        if not normalize and not self.single:
-            raise ValueError("unnormalised scores exist for one model, not for an ensemble")
         all_lp, attn_sum = [], None
         for i, m in enumerate(self.models):
             logits, attn = m.forward_decoder(prev_output_tokens, encoder_outs[i],
@@ -107,11 +109,7 @@ class EnsembleModel(nn.Module):
                 attn = _last_position_attn(attn) if need_attn else None
             elif need_attn and attn is not None and attn.dim() == 4:
                 attn = attn.mean(dim=1)
-            if not normalize:
-                logits = logits.float()
-                all_lp.append(logits.div_(temperature) if temperature != 1.0 else logits)
-            else:
-                all_lp.append(_log_softmax_in_place(logits, temperature))
+            all_lp.append(_log_softmax_in_place(logits, temperature))
             if need_attn and attn is not None:
                 attn = attn.float()
                 attn_sum = attn if attn_sum is None else attn_sum + attn

@@ -2,8 +2,9 @@
 
 ``TransformerModel.build_model(cfg, src_dict, tgt_dict)`` builds the model from a :class:`TransformerConfig`
 and the task's dictionaries; the model knows nothing of files. See ``docs/architecture.md`` (Model contract)
-for the interface the trainer and the beam search use, and :mod:`nmt_toolkit.modules.attention` for the
-layout of the incremental-decoding state.
+for the interface the trainer and the beam search use, and :mod:`nmt_toolkit.modules.caches` for the
+incremental-decoding state. The model is plain PyTorch; inference back ends (``generation/cpu.py``, the
+CTranslate2 export) work from the outside.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from torch import nn
 
 from nmt_toolkit.config import option
 from nmt_toolkit.errors import UsageError
-from nmt_toolkit.modules import packed_linear
-from nmt_toolkit.modules.attention import reorder_state
+from nmt_toolkit.modules.caches import DecoderState
 from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from nmt_toolkit.modules.positional import build_positional_embedding
 from nmt_toolkit.registry import register_architecture, register_model
@@ -149,85 +149,47 @@ class TransformerDecoder(nn.Module):
         proj = self.output_projection
         return self.embed.embed_tokens.weight if proj is None else proj.weight
 
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """The pre-softmax linear map: logits ``[..., V]`` (``generation/cpu.py`` may swap it on a decoding
+        copy of the model for a packed product)."""
+        return F.linear(x, self.output_weight())
+
     def forward(self, prev_output_tokens: torch.Tensor, encoder_out: dict,
-                incremental_state: Optional[dict] = None, need_attn: bool = False):
-        if incremental_state is not None:  # only the newest position is computed
-            return self.forward_step(prev_output_tokens, encoder_out, incremental_state, need_attn)
+                incremental_state: Optional[DecoderState] = None, need_attn: bool = False):
+        """Logits ``[B, T, V]`` and the last layer's encoder–decoder attention averaged over heads (``[B, T,
+        S]``, when ``need_attn``). With an ``incremental_state`` only the newest position of each row is
+        computed (``[B, 1, V]``); ``encoder_out`` may then hold one row per decoder row or one per sentence
+        with the rows grouped by sentence (the beam search's layout: the encoder–decoder keys/values are
+        never copied per beam)."""
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
-        if enc_mask is not None and not bool(enc_mask.any()):  # once per source
-            enc_mask = None
-        x = self.embed(prev_output_tokens)
+        caches = [(None, None)] * len(self.layers)
+        if incremental_state is None:
+            if enc_mask is not None and not bool(enc_mask.any()):  # once per source
+                enc_mask = None
+            x = self.embed(prev_output_tokens)
+        else:
+            x = self.embed(prev_output_tokens[:, -1:], offset=prev_output_tokens.size(1) - 1)
+            caches = self._caches(incremental_state, x, enc, enc_mask)
         attn = None
         last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x, layer_attn = layer(x, enc, enc_mask, need_attn=need_attn and i == last)
+        for i, (layer, (self_cache, cross_cache)) in enumerate(zip(self.layers, caches)):
+            x, layer_attn = layer(x, enc, enc_mask, need_attn=need_attn and i == last, self_cache=self_cache,
+                                  cross_cache=cross_cache)
             if layer_attn is not None:
                 attn = layer_attn.mean(dim=1)  # average over heads: [B, T, S]
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        return packed_linear.linear(x, self.output_weight()), attn
+        return self.project(x), attn
 
-
-    def forward_step(self, prev_output_tokens: torch.Tensor, encoder_out: dict, incremental_state: dict,
-                     need_attn: bool = False):
-        """Incremental decoding (inference): the logits ``[N, 1, V]`` of the last position of each row.
-
-        ``encoder_out`` holds either one row per decoder row or one per sentence with the ``N = n * beams``
-        rows grouped by sentence (the beam search's layout; the encoder–decoder keys/values are then never
-        copied per beam). Works on 2-D ``[N, D]`` activations throughout.
-        """
-        x = self.embed(prev_output_tokens[:, -1:], offset=prev_output_tokens.size(1) - 1).squeeze(1)
-        enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
-        attn = None
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x, layer_attn = layer.forward_step(x, enc, enc_mask, incremental_state, need_attn=need_attn and i == last)
-            if layer_attn is not None:
-                attn = layer_attn.mean(dim=1)  # average over heads: [N, 1, S]
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        return self._project_into_buffer(x, incremental_state).unsqueeze(1), attn
-
-    def _project_into_buffer(self, x: torch.Tensor, incremental_state: dict) -> torch.Tensor:
-        """The output projection of one step, written into a [N, V] buffer kept in the incremental state.
-
-        A beam step's logits are megabytes (256 rows x 8k words = 8 MB); a fresh tensor per step costs page
-        faults and evicts the weights from cache, so every step reuses one buffer (the caller consumes the
-        logits before the next step; see ``EnsembleModel.log_probs``). On the CPU under inference the packed
-        oneDNN product of :mod:`~nmt_toolkit.modules.packed_linear` wins over that (1.3-1.5x at 32-256 rows on
-        the reference machine) although it returns a new tensor: it has no ``out=`` form."""
-        weight = self.output_weight()
-        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-            return F.linear(x, weight)
-        if packed_linear.usable(x, weight):
-            return packed_linear.product(x, weight)
-        rows, vocab = x.size(0), weight.size(0)
-        buf = incremental_state.get("_logits")
-        if buf is None or buf.size(0) < rows or buf.size(1) != vocab or buf.dtype != x.dtype or buf.device != x.device:
-            buf = x.new_empty(rows, vocab)
-            incremental_state["_logits"] = buf
-        out = buf[:rows]
-        torch.mm(x, self._output_weight_t(weight), out=out)
-        return out
-
-    def _output_weight_t(self, weight: torch.Tensor) -> torch.Tensor:
-        """The output matrix as a contiguous ``[D, V]`` copy on the CPU, kept while the weight is unchanged.
-
-        A decoding step multiplies a few hundred rows by ``[V, D]^T``; on CPU the BLAS runs that product
-        5-30 % faster (up to 1.3x at 128 rows, the size of a beam batch whose sentences are finishing) from
-        a contiguous ``[D, V]`` matrix than from the transposed view. The copy costs V x D more memory
-        while decoding and is remade when the weight changes (its version counter moves on every in-place
-        update: an optimizer step, ``load_state_dict``)."""
-        if weight.device.type != "cpu":
-            return weight.t()
-        version = 0 if weight.is_inference() else weight._version  # inference tensors keep no counter
-        key = (weight.data_ptr(), version, weight.dtype, tuple(weight.shape))
-        cached = getattr(self, "_weight_t_cache", None)
-        if cached is None or cached[0] != key:
-            with torch.no_grad():
-                cached = (key, weight.detach().t().contiguous())
-            self._weight_t_cache = cached
-        return cached[1]
+    def _caches(self, state: DecoderState, x: torch.Tensor, enc: torch.Tensor, enc_mask) -> list:
+        """Each layer's (self-attention, encoder–decoder) caches, created at the first step."""
+        if not isinstance(state, DecoderState):
+            raise TypeError(f"incremental_state must be a DecoderState (model.make_decoder_state()), got "
+                            f"{type(state).__name__}")
+        if not state.started:
+            state.self_attn = [layer.self_attn.empty_cache(x.size(0), state.capacity, x) for layer in self.layers]
+            state.cross_attn = [layer.encoder_attn.project_memory(enc, enc_mask) for layer in self.layers]
+        return list(zip(state.self_attn, state.cross_attn))
 
 
 @register_model("transformer", config=TransformerConfig)
@@ -268,10 +230,11 @@ class TransformerModel(nn.Module):
         """``{"encoder_out": [B, S, D], "encoder_padding_mask": [B, S] bool (True at pads)}``."""
         return self.encoder(src_tokens, src_lengths)
 
-    def forward_decoder(self, prev_output_tokens, encoder_out: dict, incremental_state: Optional[dict] = None,
+    def forward_decoder(self, prev_output_tokens, encoder_out: dict, incremental_state: Optional[DecoderState] = None,
                         need_attn: bool = False):
         """``(logits, attn)``: logits ``[B, T, V]``, or ``[B, 1, V]`` for the last position only when an
-        ``incremental_state`` dict is given (filled on the first call, then grown one step per call).
+        ``incremental_state`` (:meth:`make_decoder_state`) is given (filled on the first call, then grown one
+        step per call).
         ``attn`` is the last layer's encoder–decoder attention averaged over heads ``[B, T, S]`` when
         ``need_attn``, else None."""
         return self.decoder(prev_output_tokens, encoder_out, incremental_state, need_attn)
@@ -291,13 +254,18 @@ class TransformerModel(nn.Module):
     supports_sentence_level_encoder_out = True
 
     @staticmethod
-    def reorder_incremental_state(incremental_state: dict, new_order: torch.Tensor,
+    def make_decoder_state(beam: int = 1, sentences: Optional[int] = None, capacity: int = 16) -> DecoderState:
+        """An empty incremental state for ``forward_decoder`` (see :mod:`nmt_toolkit.modules.caches`)."""
+        return DecoderState(beam=beam, sentences=sentences, capacity=capacity)
+
+    @staticmethod
+    def reorder_incremental_state(incremental_state: DecoderState, new_order: torch.Tensor,
                                   sentence_order: Optional[torch.Tensor] = None, per_sentence: bool = False) -> None:
         """Reorder (in place) every cached key/value, self- and encoder–decoder attention alike.
 
         With ``per_sentence`` the encoder–decoder keys/values are held once per sentence: they follow
         ``sentence_order`` (the sentences kept, as for ``reorder_encoder_out``), or stay when it is None."""
-        reorder_state(incremental_state, new_order, sentence_order, per_sentence)
+        incremental_state.reorder(new_order, sentence_order, per_sentence)
 
     def max_positions(self) -> tuple[int, int]:
         return (self.encoder.embed.embed_positions.max_positions(),

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt_toolkit.modules import packed_linear
 from nmt_toolkit.modules.attention import MultiheadAttention
+from nmt_toolkit.modules.caches import CrossAttentionCache, SelfAttentionCache
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -35,10 +35,7 @@ class FeedForward(nn.Module):
         # fc1 and fc2 keep nn.Linear's default initialisation, as fairseq's do (docs/training.md, parity)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training and self.activation is F.relu:  # no dropout: ReLU fused into fc1 (or in place)
-            return packed_linear.apply(self.fc2, packed_linear.apply(self.fc1, x, relu=True))
-        h = self.fc1(x)
-        return self.fc2(_dropout(self.activation(h), self.activation_dropout, self.training))
+        return self.fc2(_dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training))
 
 
 class _Residual(nn.Module):
@@ -91,32 +88,18 @@ class TransformerDecoderLayer(nn.Module):
         self.ffn = FeedForward(embed_dim, ffn_embed_dim, activation_fn, activation_dropout)
         self.ffn_res = _Residual(embed_dim, dropout, normalize_before)
 
-    def forward(self, x: torch.Tensor, encoder_out: torch.Tensor, encoder_padding_mask: Optional[torch.Tensor],
-                incremental_state: Optional[dict] = None, need_attn: bool = False):
-        """``x`` [B, T, D] (only the new position when incremental). Returns ``(x, attn [B, H, T, S] or None)``.
+    def forward(self, x: torch.Tensor, encoder_out: Optional[torch.Tensor],
+                encoder_padding_mask: Optional[torch.Tensor], need_attn: bool = False,
+                self_cache: Optional[SelfAttentionCache] = None, cross_cache: Optional[CrossAttentionCache] = None):
+        """``x`` [B, T, D]. Returns ``(x, attn [B, H, T, S] or None)``.
 
         Targets are right-padded, so the causal mask alone keeps real positions from seeing padding.
+        Incremental decoding passes the layer's caches and one new position per row (``T`` = 1); the
+        residual and norm wiring is this same code, so decoding computes what training computed.
         """
-        y, _ = self.self_attn(self.self_attn_res.pre(x), causal=True, incremental_state=incremental_state)
+        y, _ = self.self_attn(self.self_attn_res.pre(x), causal=True, cache=self_cache)
         x = self.self_attn_res.post(x, y)
         y, attn = self.encoder_attn(self.encoder_attn_res.pre(x), encoder_out, encoder_padding_mask,
-                                    incremental_state=incremental_state, need_weights=need_attn)
+                                    cache=cross_cache, need_weights=need_attn)
         x = self.encoder_attn_res.post(x, y)
         return self.ffn_res.post(x, self.ffn(self.ffn_res.pre(x))), attn
-
-    # ------------------------------------------------------------------ one decoding step (inference only)
-
-    def forward_step(self, x: torch.Tensor, encoder_out: torch.Tensor, encoder_padding_mask: Optional[torch.Tensor],
-                     state: dict, need_attn: bool = False):
-        """Incremental decoding of one position per row: ``x`` [N, D] (2-D), ``encoder_out`` [n, S, D] with
-        ``N = n * beams`` (see :meth:`MultiheadAttention.step_cross`). Returns ``(x [N, D], attn [N, H, 1, S]
-        or None)``. Same arithmetic as :meth:`forward` without dropout."""
-        pre = self.self_attn_res.normalize_before
-        sa, ca, ff = self.self_attn_res.norm, self.encoder_attn_res.norm, self.ffn_res.norm
-        y = self.self_attn.step_self(sa(x) if pre else x, state)
-        x = x + y if pre else sa(x + y)
-        y, attn = self.encoder_attn.step_cross(ca(x) if pre else x, encoder_out, encoder_padding_mask, state,
-                                               need_weights=need_attn)
-        x = x + y if pre else ca(x + y)
-        y = self.ffn(ff(x) if pre else x)  # any FFN module (plugins swap in their own)
-        return (x + y if pre else ff(x + y)), attn
