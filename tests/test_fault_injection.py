@@ -23,7 +23,7 @@ import torch
 
 from nmt_toolkit.cli.train import run as train
 from nmt_toolkit.training import checkpoints as C
-from tests.train_helpers import TINY, make_bin
+from tests.train_helpers import TINY, make_bin, same_state
 
 MAX_UPDATE = 14
 # a save after every update (so kills land in saves often), pruning, a best checkpoint every 4 updates
@@ -111,24 +111,12 @@ def _all_checkpoints_load(folder):
     return names
 
 
-def _same_state(a, b):
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
-    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-    assert sa.keys() == sb.keys()
-    for i in sa:
-        for k in sa[i]:
-            assert torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k])), (i, k)
-    assert a["lr_scheduler"] == b["lr_scheduler"]
-    for k in ("num_updates", "iterator", "epoch", "best"):
-        assert a["train_state"][k] == b["train_state"][k], k
-
-
 def _resume_and_compare(tiny_bin, save_dir, reference):
     assert train([tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(save_dir)]) == 0
     assert _temp_files(save_dir) == []  # the next start cleaned what the kill left
     _all_checkpoints_load(save_dir)
-    _same_state(reference, C.load_checkpoint(str(save_dir / "checkpoint_last.pt")))
+    same_state(reference, C.load_checkpoint(str(save_dir / "checkpoint_last.pt")),
+               ("num_updates", "iterator", "epoch", "best"))
     best = C.load_checkpoint(str(save_dir / "checkpoint_best.pt"))["train_state"]
     assert best["best"] == reference["train_state"]["best"]
 

@@ -8,7 +8,7 @@ import torch
 
 from nmt_toolkit.cli.train import run as train
 from nmt_toolkit.training.trainer import Trainer
-from tests.train_helpers import TINY, load, make_bin
+from tests.train_helpers import TINY, load, make_bin, same_state
 
 
 @pytest.fixture(scope="module")
@@ -26,19 +26,6 @@ def _losses(capfd_text):
     return out
 
 
-def _same_state(a, b):
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
-    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-    assert sa.keys() == sb.keys()
-    for i in sa:
-        for k in sa[i]:
-            assert torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k])), (i, k)
-    assert a["lr_scheduler"] == b["lr_scheduler"]
-    assert a["train_state"]["num_updates"] == b["train_state"]["num_updates"]
-    assert a["train_state"]["iterator"] == b["train_state"]["iterator"]
-
-
 def test_exact_resume_10_plus_10_equals_20(tiny_bin, tmp_path, capfd):
     assert train([tiny_bin, *TINY, "--max-update", "20", "--save-dir", str(tmp_path / "a")]) == 0
     full = _losses(capfd.readouterr().err)
@@ -48,7 +35,7 @@ def test_exact_resume_10_plus_10_equals_20(tiny_bin, tmp_path, capfd):
     err = capfd.readouterr().err
     assert "resumed from" in err
     assert first + _losses(err) == full  # identical logged losses
-    _same_state(load(tmp_path / "a" / "checkpoint_last.pt"), load(tmp_path / "b" / "checkpoint_last.pt"))
+    same_state(load(tmp_path / "a" / "checkpoint_last.pt"), load(tmp_path / "b" / "checkpoint_last.pt"))
     ckpt = load(tmp_path / "a" / "checkpoint_last.pt")
     assert ckpt["config"]["components"]["model"] == "transformer"
     assert ckpt["config"]["model"]["embed_dim"] == 32 and ckpt["config"]["task"]["source_lang"] == "xx"
@@ -73,7 +60,7 @@ def test_sigterm_mid_epoch_then_resume_is_exact(tiny_bin, tmp_path, monkeypatch,
     assert state["train_state"]["num_updates"] == 7 and state["train_state"]["iterator"]["iterations_in_epoch"] > 0
     monkeypatch.setattr(Trainer, "train_step", orig)
     assert train([tiny_bin, *TINY, "--max-update", "20", "--save-dir", str(tmp_path / "b")]) == 0
-    _same_state(load(tmp_path / "a" / "checkpoint_last.pt"), load(tmp_path / "b" / "checkpoint_last.pt"))
+    same_state(load(tmp_path / "a" / "checkpoint_last.pt"), load(tmp_path / "b" / "checkpoint_last.pt"))
 
 
 def test_non_finite_updates_are_skipped_then_stop(tiny_bin, tmp_path, monkeypatch, capfd):

@@ -42,3 +42,17 @@ def load(path):
 
 def max_diff(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def same_state(a: dict, b: dict, train_keys=("num_updates", "iterator")) -> None:
+    """Assert two checkpoints hold the same training state, bit for bit: model, optimizer, scheduler, data position."""
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        for k in sa[i]:
+            assert torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k])), (i, k)
+    assert a["lr_scheduler"] == b["lr_scheduler"]
+    for k in train_keys:
+        assert a["train_state"][k] == b["train_state"][k], k
