@@ -115,6 +115,7 @@ def setup(configs: dict):
         for model in models:
             optimize_for_cpu(model)
     generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
+    gen.check_model_limit(generator.model.max_positions()[1])
     codec = task.subword()
     detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
     torch.manual_seed(configs["common"].seed)

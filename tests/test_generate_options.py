@@ -166,3 +166,23 @@ def test_raw_input_lines_end_at_newlines_only(setup_dir, capsys, tmp_path, monke
     raw.write_bytes(b"fine\nbroken \xff\n")
     rc, out, err = _run(capsys, [data, "--path", ck, "--input", raw])
     assert rc == 1 and f"--input {raw} line 2: invalid UTF-8" in _one_error(err)
+
+
+def test_min_len_beyond_the_models_positions_is_an_error(setup_dir, capsys, tmp_path):
+    """A model with 16 learned target positions ends its outputs by 15 tokens: --min-len 20 contradicts it."""
+    root, data, ck = setup_dir
+    state = torch.load(ck, weights_only=True)
+    cfg = TransformerConfig(**{**state["config"]["model"], "positional_embeddings": "learned", "max_positions": 16})
+    d = Dictionary.load(str(data / "dict.en.txt"))
+    state["model"] = TransformerModel.build_model(cfg, d, d).state_dict()
+    state["config"]["model"] = dataclasses.asdict(cfg)
+    learned = tmp_path / "learned.pt"
+    save_checkpoint(state, str(learned))
+    rc, out, err = _run(capsys, [data, "--path", learned, "--min-len", "20", "--max-len-b", "30",
+                                 "--skip-invalid-size-inputs-valid-test"])
+    assert rc == 2 and not out and "--min-len 20: the model has 16 target positions" in _one_error(err)
+    rc, out, err = _run(capsys, [data, "--path", learned, "--min-len", "15", "--max-len-a", "0", "--max-len-b", "30",
+                                 "--beam", "2", "--skip-invalid-size-inputs-valid-test"])
+    assert rc == 0, err
+    lengths = [len(p.split()) - 1 for p in _tagged(out, "P")]  # one score per token, EOS included
+    assert lengths and set(lengths) == {15}

@@ -68,3 +68,9 @@ class GenerationConfig:
             raise UsageError(f"--max-len-a {self.max_len_a:g} --max-len-b {self.max_len_b} contradict: an empty source "
                              f"(1 token, its EOS) may get at most {shortest} output tokens, fewer than {what}; raise "
                              f"--max-len-b" + (" or lower --min-len" if self.min_len > 1 else ""))
+
+    def check_model_limit(self, max_target_positions: int) -> None:
+        """``--min-len`` must fit in the model too: its outputs end by ``max_target_positions - 1`` tokens."""
+        if self.min_len > max_target_positions - 1:
+            raise UsageError(f"--min-len {self.min_len}: the model has {max_target_positions} target positions, so "
+                             f"its outputs end by {max_target_positions - 1} tokens; lower --min-len")
