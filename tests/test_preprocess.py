@@ -259,3 +259,16 @@ def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys):
     assert "--destdir" in errors[0] and "File too large" in errors[0] and "left as it was" in errors[0]
     assert _tree(dest) == before
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p or ".old-" in p]
+
+
+def test_lines_end_at_newlines_only(tmp_path):
+    """Issue 19 finding 5 (preprocessing side): a \\r, U+2028 or U+0085 inside a line does not end it — the
+    line count is the number of \\n, as for the sacrebleu command and wc -l — and a CRLF's \\r is dropped."""
+    src = "a b\rc\nd\u2028e f\r\ng\x85h\n"
+    tgt = "x\ny\nz\n"
+    dest = tmp_path / "bin"
+    assert _prep(_tiny(tmp_path, "t", src, tgt), dest) == 0
+    ds = MMapIndexedDataset(str(dest / "train.en-de.en"))
+    d = Dictionary.load(str(dest / "dict.en.txt"))
+    assert len(ds) == 3
+    assert [[d[i] for i in ds[k][:-1]] for k in range(3)] == [line.split() for line in src.split("\n")[:3]]
