@@ -186,3 +186,16 @@ def test_min_len_beyond_the_models_positions_is_an_error(setup_dir, capsys, tmp_
     assert rc == 0, err
     lengths = [len(p.split()) - 1 for p in _tagged(out, "P")]  # one score per token, EOS included
     assert lengths and set(lengths) == {15}
+
+
+def test_weights_that_disagree_with_their_config_are_not_called_a_wrong_dictionary(setup_dir, capsys, tmp_path):
+    """Issue 19 finding 8: every shape mismatch was reported as 'wrong dictionary'; say which shapes differ."""
+    root, data, ck = setup_dir
+    state = torch.load(ck, weights_only=True)
+    state["config"]["model"]["ffn_embed_dim"] = 48  # the weights are for 64
+    mixed = tmp_path / "mixed.pt"
+    save_checkpoint(state, str(mixed))
+    rc, out, err = _run(capsys, [data, "--path", mixed])
+    line = _one_error(err)
+    assert rc == 1 and "wrong dictionary" not in line
+    assert "mixed.pt" in line and "(64, 32)" in line and "(48, 32)" in line, line

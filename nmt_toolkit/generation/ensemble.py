@@ -127,7 +127,8 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
 
     Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
     naming it. A checkpoint trained with other dictionaries (a vocabulary size that does not match the
-    data-bin's) is a "wrong dictionary" error naming both. Returns ``(models, configs)``.
+    data-bin's) is a "wrong dictionary" error naming both; other shapes that differ from the stored config
+    (an edited or mixed file) say so, with both shapes. Returns ``(models, configs)``.
     """
     from nmt_toolkit.errors import DataError
     from nmt_toolkit.models import build_model_from_config_dict
@@ -146,12 +147,17 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
         for key, tensor in expected.items():
             if key not in weights:
                 raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
-            if tuple(weights[key].shape) != tuple(tensor.shape):
-                files = " and ".join(dict_files) or "the data-bin dictionaries"
-                raise DataError(
-                    f"{path}: wrong dictionary: tensor {key!r} has shape {tuple(weights[key].shape)} but the model "
-                    f"built from {files} ({len(src_dict)} source / {len(tgt_dict)} target symbols) needs "
-                    f"{tuple(tensor.shape)}; decode with the data-bin folder the model was trained on")
+            got, want = tuple(weights[key].shape), tuple(tensor.shape)
+            if got != want:
+                differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
+                if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
+                    files = " and ".join(dict_files) or "the data-bin dictionaries"
+                    raise DataError(
+                        f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
+                        f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
+                        f"data-bin folder the model was trained on")
+                raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
+                                f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
         unexpected = [k for k in weights if k not in expected]
         if unexpected:
             raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
