@@ -272,3 +272,16 @@ def test_lines_end_at_newlines_only(tmp_path):
     d = Dictionary.load(str(dest / "dict.en.txt"))
     assert len(ds) == 3
     assert [[d[i] for i in ds[k][:-1]] for k in range(3)] == [line.split() for line in src.split("\n")[:3]]
+
+
+def test_splits_of_a_folder_without_preprocess_json_stay_loadable(tmp_path):
+    """A fairseq data-bin has no preprocess.json: a test split added by nmt-preprocess lists the old splits too."""
+    train = _tiny(tmp_path, "train", "a b\nc\n", "x y\nz\n")
+    dest = tmp_path / "bin"
+    assert _prep(train, dest, "--validpref", train) == 0
+    os.remove(dest / "preprocess.json")  # as fairseq-preprocess leaves it
+    test = _tiny(tmp_path, "test", "a c\n", "z y\n")
+    assert run(["--source-lang", "en", "--target-lang", "de", "--testpref", test, "--srcdict", str(dest / "dict.en.txt"),
+                "--tgtdict", str(dest / "dict.de.txt"), "--destdir", str(dest), "--no-progress-bar"]) == 0
+    assert sorted(json.loads((dest / "preprocess.json").read_text())["splits"]) == ["test", "train", "valid"]
+    assert [len(_load(dest, s)) for s in ("train", "valid", "test")] == [2, 2, 1]

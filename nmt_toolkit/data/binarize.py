@@ -278,7 +278,7 @@ class _ShardWriter:
 
 
 def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -> dict:
-    """Run the whole pipeline; returns the ``preprocess.json`` record. Raises DataError/UsageError."""
+    """Run the whole pipeline; returns this run's ``preprocess.json`` record. Raises DataError/UsageError."""
     cfg.validate()
     src, tgt = cfg.source_lang, cfg.target_lang
     splits = _split_prefixes(cfg)
@@ -313,9 +313,8 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         raise DataError(f"--destdir {cfg.destdir}: cannot create it ({exc.strerror})") from None
     try:
         record = _build(cfg, splits, scans, tmp, destdir, command)
-        if previous and not cfg.overwrite:
-            record = _merged(previous, record)
-            _write_record(tmp, record)
+        if previous and not cfg.overwrite:  # the folder's record lists its old splits too; the summary, this run's
+            _write_record(tmp, _merged(previous, record))
         _move_into(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
         return record
     except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
@@ -329,8 +328,11 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
 def _previous_record(cfg: PreprocessConfig, destdir: str) -> Optional[dict]:
     """The ``preprocess.json`` of an existing ``destdir`` that new splits are added to (None with --overwrite)."""
     path = os.path.join(destdir, "preprocess.json")
-    if cfg.overwrite or not os.path.isfile(path):
+    if cfg.overwrite or not os.path.isdir(destdir):
         return None
+    if not os.path.isfile(path):  # fairseq's folders have none: keep their splits loadable after ours are added
+        found = _unrecorded_splits(destdir, cfg.source_lang, cfg.target_lang)
+        return {"source_lang": cfg.source_lang, "target_lang": cfg.target_lang, "splits": found} if found else None
     try:
         with open(path, encoding="utf-8") as handle:
             previous = json.load(handle)
@@ -341,6 +343,15 @@ def _previous_record(cfg: PreprocessConfig, destdir: str) -> Optional[dict]:
         raise DataError(f"--destdir {cfg.destdir} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
                         f"or another --destdir")
     return previous
+
+
+def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:
+    """Splits of a folder without ``preprocess.json`` (their dictionary is the folder's, which a run adding
+    splits must reuse), listed without checksums."""
+    pattern = re.compile(rf"([^.]+)\.{re.escape(src)}-{re.escape(tgt)}\.{re.escape(src)}\.idx$")
+    roots = [destdir] + [os.path.join(destdir, n) for n in os.listdir(destdir) if _SHARD_DIR.match(n)]
+    names = {m.group(1) for root in roots if os.path.isdir(root) for n in os.listdir(root) if (m := pattern.match(n))}
+    return {name: {"unrecorded": "binarized before the folder had a preprocess.json"} for name in sorted(names)}
 
 
 def _merged(previous: dict, record: dict) -> dict:
