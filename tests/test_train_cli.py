@@ -148,6 +148,7 @@ def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, ca
     assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(tmp_path)]) == 0
     capsys.readouterr()
     before = (tmp_path / "checkpoint_last.pt").read_bytes()
+    config = (tmp_path / "config.yaml").read_text()
     assert train([tiny_bin, *TINY, "--embed-dim", "48", "--max-update", "2", "--save-dir", str(tmp_path)]) == 1
     line = _one_line_error(capsys)
     assert "checkpoint_last.pt: the model in the checkpoint does not match the options: " in line
@@ -155,3 +156,4 @@ def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, ca
     assert "the checkpoint was trained with --embed-dim 32 (now 48)" in line, line
     assert "dictionary" not in line
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == before
+    assert (tmp_path / "config.yaml").read_text() == config  # the refused run did not overwrite the run's options

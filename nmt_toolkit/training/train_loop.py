@@ -200,9 +200,6 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                      f"({type(optimizer).__name__}) | lr scheduler {comp.lr_scheduler} | device {device} | "
                      f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}")
     stored_config = config_dict(configs)
-    if info.is_master and not ck.no_save:
-        ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
-                                      dump_yaml({k: v for k, v in configs.items() if k != "common"}))
 
     # ---------------------------------------------------------------- resume
     path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
@@ -219,6 +216,11 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         progress.message(f"resumed from {path} at update {trainer.num_updates}")
     else:
         trainer.set_num_updates(0)
+    if info.is_master and not ck.no_save:  # after the resume: a run refused above keeps its config.yaml
+        # `nmt-train --config config.yaml` repeats the run: every group, and of the common options the seed
+        ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
+                                      dump_yaml({k: v for k, v in configs.items() if k != "common"},
+                                                extra={"common": {"seed": seed}}))
 
     epoch = 1 if ck.reset_dataloader else int(train_state.get("epoch", 1))
     task.load_dataset(opt.train_subset, epoch=epoch)
@@ -396,11 +398,13 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                     if val is not None:
                         if better(val):
                             best, bad_validations = val, 0
+                            do_save = True  # checkpoint_best.pt now, not only if a save happens to follow
                         else:
                             bad_validations += 1
                         if ck.patience >= 0 and bad_validations >= ck.patience > 0 and stop_now is None:
                             stop_now = (f"early stop: {ck.best_checkpoint_metric} did not improve for "
                                         f"{ck.patience} validations (--patience)")
+                            do_save = True  # the run ends here: checkpoint_last.pt is this update
                 if do_save:
                     save(end_of_epoch and (epoch_itr.epoch % ck.save_interval == 0), val,
                          by_updates or by_minutes)
