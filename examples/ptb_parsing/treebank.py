@@ -95,7 +95,7 @@ def prepare(args) -> int:
 def read_hypotheses(path: str) -> dict[int, list[str]]:
     """``H-<id>\\t<score>\\t<tokens>`` lines of nmt-generate, by id (first hypothesis of each)."""
     hyps: dict[int, list[str]] = {}
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", newline="\n") as handle:  # one line per \n, as nmt-generate writes them
         for line in handle:
             if line.startswith("H-"):
                 fields = line.rstrip("\n").split("\t")
@@ -107,7 +107,7 @@ def read_hypotheses(path: str) -> dict[int, list[str]]:
 
 def delinearise_cmd(args) -> int:
     hyps = read_hypotheses(args.generate_output)
-    with open(args.words, encoding="utf-8") as handle:
+    with open(args.words, encoding="utf-8", newline="\n") as handle:  # a \r inside a line does not end it
         sentences = [line.split() for line in handle]
     gold_tags = None
     if args.gold:
