@@ -9,12 +9,11 @@ Pipeline (:func:`preprocess`):
 4. every split is binarized chunk by chunk; chunks are contiguous and written in file order, so the output
    is byte-identical for any number of workers; only one chunk per worker is ever in memory.
 
-Everything is written into a temporary folder beside ``destdir`` and moved in at the end, so an error (a full
-disk included) leaves ``destdir`` as it was. Into an existing ``destdir`` the new splits are added to the old
-ones, whose dictionaries must be the same; with ``--overwrite`` the new set replaces everything earlier runs
-wrote there (other files stay): a stale split encoded with an older dictionary must not survive. Each split
-of ``preprocess.json`` records the checksum of the dictionaries it was encoded with; the translation task
-refuses a split that is not listed there or whose checksum differs. Layout with ``--num-shards K`` (K > 1)::
+Everything is written into a staging folder beside ``destdir`` and swapped in at the end (data_bin.py: a run
+adds its splits to an existing folder, with ``--overwrite`` replaces the folder's whole set), so an error (a
+full disk included) leaves ``destdir`` as it was. Each split of ``preprocess.json`` records the checksum of
+the dictionaries it was encoded with; the translation task refuses a split that is not listed there or whose
+checksum differs. Layout with ``--num-shards K`` (K > 1)::
 
     destdir/dict.<src>.txt dict.<tgt>.txt preprocess.json [spm.model | bpe.codes]
     destdir/valid.<src>-<tgt>.<lang>.{bin,idx}   destdir/test.<src>-<tgt>.<lang>.{bin,idx}
@@ -24,14 +23,11 @@ refuses a split that is not listed there or whose checksum differs. Layout with 
 """
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
-import re
 import shutil
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
@@ -40,7 +36,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from nmt_toolkit.config import option
-from nmt_toolkit.data import subword
+from nmt_toolkit.data import data_bin, subword
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from nmt_toolkit.errors import DataError, UsageError
@@ -297,25 +293,13 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
 
     destdir = os.path.abspath(cfg.destdir)
-    if os.path.exists(destdir) and not os.path.isdir(destdir):
-        raise DataError(f"--destdir {cfg.destdir}: exists and is not a folder")
-    previous = _previous_record(cfg, destdir)
-    parent = os.path.dirname(destdir)
-    existing = parent
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise DataError(f"--destdir {cfg.destdir}: {existing} is a file, not a folder")
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
-    except OSError as exc:
-        raise DataError(f"--destdir {cfg.destdir}: cannot create it ({exc.strerror})") from None
+    previous = None if cfg.overwrite else data_bin.previous_record(destdir, cfg.destdir, src, tgt)
+    tmp = data_bin.staging_folder(destdir, cfg.destdir)
     try:
         record = _build(cfg, splits, scans, tmp, destdir, command)
-        if previous and not cfg.overwrite:  # the folder's record lists its old splits too; the summary, this run's
-            _write_record(tmp, _merged(previous, record))
-        _move_into(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
+        if previous:  # the folder's record lists its old splits too; the summary, this run's
+            data_bin.write_record(tmp, data_bin.merged(previous, record))
+        data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
         return record
     except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
         where = f" ({exc.filename})" if exc.filename else ""
@@ -323,50 +307,6 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
                         f"{cfg.destdir} was left as it was") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _previous_record(cfg: PreprocessConfig, destdir: str) -> Optional[dict]:
-    """The ``preprocess.json`` of an existing ``destdir`` that new splits are added to (None with --overwrite)."""
-    path = os.path.join(destdir, "preprocess.json")
-    if cfg.overwrite or not os.path.isdir(destdir):
-        return None
-    if not os.path.isfile(path):  # fairseq's folders have none: keep their splits loadable after ours are added
-        found = _unrecorded_splits(destdir, cfg.source_lang, cfg.target_lang)
-        return {"source_lang": cfg.source_lang, "target_lang": cfg.target_lang, "splits": found} if found else None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            previous = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
-    pair = (previous.get("source_lang"), previous.get("target_lang"))
-    if pair != (cfg.source_lang, cfg.target_lang):
-        raise DataError(f"--destdir {cfg.destdir} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
-                        f"or another --destdir")
-    return previous
-
-
-def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:
-    """Splits of a folder without ``preprocess.json`` (their dictionary is the folder's, which a run adding
-    splits must reuse), listed without checksums."""
-    pattern = re.compile(rf"([^.]+)\.{re.escape(src)}-{re.escape(tgt)}\.{re.escape(src)}\.idx$")
-    roots = [destdir] + [os.path.join(destdir, n) for n in os.listdir(destdir) if _SHARD_DIR.match(n)]
-    names = {m.group(1) for root in roots if os.path.isdir(root) for n in os.listdir(root) if (m := pattern.match(n))}
-    return {name: {"unrecorded": "binarized before the folder had a preprocess.json"} for name in sorted(names)}
-
-
-def _merged(previous: dict, record: dict) -> dict:
-    """The record of a run that added splits to an existing folder: its splits over the folder's old ones."""
-    splits = dict(previous.get("splits") or {})
-    splits.update(record["splits"])
-    return {**record, "splits": splits,
-            "subword": record["subword"] or previous.get("subword"),
-            "num_shards": record["num_shards"] if "train" in record["splits"] else previous.get("num_shards")}
-
-
-def _write_record(folder: str, record: dict) -> None:
-    with open(os.path.join(folder, "preprocess.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
 
 
 def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
@@ -485,58 +425,8 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
                 entry[lang] = {"file": scan.path, "tokens": tokens, "unk": unks,
                                "unk_rate": round(unks / tokens, 6) if tokens else 0.0}
             record["splits"][name] = entry
-    _write_record(tmp, record)
+    data_bin.write_record(tmp, record)
     return record
-
-
-_SHARD_DIR = re.compile(r"shard\d+$")
-# what nmt-preprocess writes into a folder (other files there are the user's and stay)
-_OURS = re.compile(r"(dict\.[^/]+\.txt|preprocess\.json|spm\.model|bpe\.codes|shard\d+"
-                   r"|[^/.]+\.[^/.]+-[^/.]+\.[^/.]+\.(bin|idx))$")
-
-
-def _move_into(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
-    """Swap the finished files of ``tmp`` into ``destdir`` (a rename when it does not exist yet).
-
-    The entries the new set replaces — with ``overwrite`` everything an earlier run wrote, else the same
-    names and, with new training data, the old ``train.*``/shard folders — are first renamed into a trash
-    folder beside ``destdir``; if a rename fails, every move is undone, so ``destdir`` holds either the old
-    set or the new one. Renames within one file system copy nothing."""
-    if not os.path.exists(destdir):
-        os.rename(tmp, destdir)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(destdir, 0o777 & ~umask)  # mkdtemp made it private
-        os.makedirs(tmp)  # so the caller's cleanup finds something to remove
-        return
-    new = set(os.listdir(tmp))
-
-    def replaced(name: str) -> bool:
-        if overwrite:
-            return bool(_OURS.match(name))
-        old_train = wrote_train and (bool(_SHARD_DIR.match(name)) or
-                                     (name.startswith("train.") and name.endswith((".bin", ".idx"))))
-        return name in new or old_train
-
-    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-", dir=os.path.dirname(destdir))
-    moved_out: list[str] = []
-    moved_in: list[str] = []
-    try:
-        for name in sorted(os.listdir(destdir)):
-            if replaced(name):
-                os.rename(os.path.join(destdir, name), os.path.join(trash, name))
-                moved_out.append(name)
-        for name in sorted(new):
-            os.rename(os.path.join(tmp, name), os.path.join(destdir, name))
-            moved_in.append(name)
-    except OSError:
-        for name in moved_in:
-            os.rename(os.path.join(destdir, name), os.path.join(tmp, name))
-        for name in moved_out:
-            os.rename(os.path.join(trash, name), os.path.join(destdir, name))
-        os.rmdir(trash)
-        raise
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 def summary_lines(record: dict) -> list[str]:

@@ -1,0 +1,132 @@
+"""The data-bin folder as a whole: where nmt-preprocess stages a run, how the run's set replaces the
+folder's, and the ``preprocess.json`` record that says which splits the folder holds.
+
+A run writes everything into a staging folder beside ``destdir`` and swaps it in at the end, so an error (a
+full disk included) leaves ``destdir`` as it was. Into an existing folder the run adds its splits (the
+dictionaries must be the folder's: binarize.py checks) and the record lists old and new splits; with
+``--overwrite`` the new set replaces everything earlier runs wrote (other files stay). The translation
+task refuses a split the record does not list, so stale ``.bin/.idx`` files are never decoded with another
+dictionary.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Optional
+
+from nmt_toolkit.errors import DataError
+
+_SHARD_DIR = re.compile(r"shard\d+$")
+# what nmt-preprocess writes into a folder (other files there are the user's and stay)
+_OURS = re.compile(r"(dict\.[^/]+\.txt|preprocess\.json|spm\.model|bpe\.codes|shard\d+"
+                   r"|[^/.]+\.[^/.]+-[^/.]+\.[^/.]+\.(bin|idx))$")
+
+
+def staging_folder(destdir: str, shown: str) -> str:
+    """A new private folder beside ``destdir`` (same file system: the final moves are renames).
+
+    ``shown`` is ``--destdir`` as the user typed it, for the one-line errors."""
+    if os.path.exists(destdir) and not os.path.isdir(destdir):
+        raise DataError(f"--destdir {shown}: exists and is not a folder")
+    parent = os.path.dirname(destdir)
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise DataError(f"--destdir {shown}: {existing} is a file, not a folder")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
+    except OSError as exc:
+        raise DataError(f"--destdir {shown}: cannot create it ({exc.strerror})") from None
+
+
+def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[dict]:
+    """The record of an existing ``destdir`` that a run adds splits to (None for a new or empty folder)."""
+    path = os.path.join(destdir, "preprocess.json")
+    if not os.path.isdir(destdir):
+        return None
+    if not os.path.isfile(path):  # fairseq's folders have none: keep their splits loadable after ours are added
+        found = _unrecorded_splits(destdir, src, tgt)
+        return {"source_lang": src, "target_lang": tgt, "splits": found} if found else None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            previous = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
+    pair = (previous.get("source_lang"), previous.get("target_lang"))
+    if pair != (src, tgt):
+        raise DataError(f"--destdir {shown} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
+                        f"or another --destdir")
+    return previous
+
+
+def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:
+    """Splits of a folder without ``preprocess.json`` (their dictionary is the folder's, which a run adding
+    splits must reuse), listed without checksums."""
+    pattern = re.compile(rf"([^.]+)\.{re.escape(src)}-{re.escape(tgt)}\.{re.escape(src)}\.idx$")
+    roots = [destdir] + [os.path.join(destdir, n) for n in os.listdir(destdir) if _SHARD_DIR.match(n)]
+    names = {m.group(1) for root in roots if os.path.isdir(root) for n in os.listdir(root) if (m := pattern.match(n))}
+    return {name: {"unrecorded": "binarized before the folder had a preprocess.json"} for name in sorted(names)}
+
+
+def merged(previous: dict, record: dict) -> dict:
+    """The record of a run that added splits to an existing folder: its splits over the folder's old ones."""
+    splits = dict(previous.get("splits") or {})
+    splits.update(record["splits"])
+    return {**record, "splits": splits,
+            "subword": record["subword"] or previous.get("subword"),
+            "num_shards": record["num_shards"] if "train" in record["splits"] else previous.get("num_shards")}
+
+
+def write_record(folder: str, record: dict) -> None:
+    with open(os.path.join(folder, "preprocess.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+
+
+def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
+    """Move the finished files of ``tmp`` into ``destdir`` (a rename when it does not exist yet).
+
+    The entries the new set replaces — with ``overwrite`` everything an earlier run wrote, else the same
+    names and, with new training data, the old ``train.*``/shard folders — are first renamed into a trash
+    folder beside ``destdir``; if a rename fails, every move is undone, so ``destdir`` holds either the old
+    set or the new one. Renames within one file system copy nothing."""
+    if not os.path.exists(destdir):
+        os.rename(tmp, destdir)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(destdir, 0o777 & ~umask)  # mkdtemp made it private
+        os.makedirs(tmp)  # so the caller's cleanup finds something to remove
+        return
+    new = set(os.listdir(tmp))
+
+    def replaced(name: str) -> bool:
+        if overwrite:
+            return bool(_OURS.match(name))
+        old_train = wrote_train and (bool(_SHARD_DIR.match(name)) or
+                                     (name.startswith("train.") and name.endswith((".bin", ".idx"))))
+        return name in new or old_train
+
+    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-", dir=os.path.dirname(destdir))
+    moved_out: list[str] = []
+    moved_in: list[str] = []
+    try:
+        for name in sorted(os.listdir(destdir)):
+            if replaced(name):
+                os.rename(os.path.join(destdir, name), os.path.join(trash, name))
+                moved_out.append(name)
+        for name in sorted(new):
+            os.rename(os.path.join(tmp, name), os.path.join(destdir, name))
+            moved_in.append(name)
+    except OSError:
+        for name in moved_in:
+            os.rename(os.path.join(destdir, name), os.path.join(tmp, name))
+        for name in moved_out:
+            os.rename(os.path.join(trash, name), os.path.join(destdir, name))
+        os.rmdir(trash)
+        raise
+    shutil.rmtree(trash, ignore_errors=True)
