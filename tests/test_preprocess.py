@@ -285,3 +285,29 @@ def test_splits_of_a_folder_without_preprocess_json_stay_loadable(tmp_path):
                 "--tgtdict", str(dest / "dict.de.txt"), "--destdir", str(dest), "--no-progress-bar"]) == 0
     assert sorted(json.loads((dest / "preprocess.json").read_text())["splits"]) == ["test", "train", "valid"]
     assert [len(_load(dest, s)) for s in ("train", "valid", "test")] == [2, 2, 1]
+
+
+def test_a_swap_that_fails_halfway_is_undone(tmp_path, capsys, monkeypatch):
+    """The new set replaces the old one by renames; if one fails (here the 4th), the moves made are undone."""
+    import errno
+
+    from nmt_toolkit.data import data_bin
+
+    old = _tiny(tmp_path, "old", "a b\nc\n", "x y\nz\n")
+    dest = tmp_path / "bin"
+    assert _prep(old, dest, "--validpref", old) == 0
+    before = _tree(dest)
+    capsys.readouterr()
+    real_rename, calls = os.rename, []
+
+    def flaky_rename(src, dst):
+        calls.append(src)
+        if len(calls) == 4:
+            raise OSError(errno.EIO, "Input/output error", dst)
+        real_rename(src, dst)
+
+    monkeypatch.setattr(data_bin.os, "rename", flaky_rename)
+    rc = _prep(_tiny(tmp_path, "new", "p q\n", "r s\n"), dest, "--overwrite")
+    _assert_error(capsys, rc, "--destdir", "writing failed: Input/output error", "left as it was")
+    assert len(calls) > 4 and _tree(dest) == before  # undone, file for file
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p or ".old-" in p]
