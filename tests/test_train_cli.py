@@ -157,3 +157,14 @@ def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, ca
     assert "dictionary" not in line
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == before
     assert (tmp_path / "config.yaml").read_text() == config  # the refused run did not overwrite the run's options
+
+
+def test_checkpoint_last_in_the_working_directory_is_not_resumed(tiny_bin, tmp_path, capsys, monkeypatch):
+    """Issue 19.2 end to end: `cd old_run && nmt-train DATA --save-dir /new/dir` resumed old_run's checkpoint."""
+    old_run = tmp_path / "old_run"
+    assert train([tiny_bin, *TINY, "--max-update", "3", "--save-dir", str(old_run)]) == 0
+    monkeypatch.chdir(old_run)
+    capsys.readouterr()
+    assert train([tiny_bin, *TINY, "--max-update", "2", "--save-dir", str(tmp_path / "new")]) == 0
+    assert "resumed" not in capsys.readouterr().err
+    assert load(tmp_path / "new" / "checkpoint_last.pt")["train_state"]["num_updates"] == 2
