@@ -14,6 +14,7 @@ PROGRAMS = {
     "nmt-interactive": "interactive",
     "nmt-average-checkpoints": "average_checkpoints",
     "nmt-score": "score",
+    "nmt-export": "export",
 }
 
 setup(
@@ -51,6 +52,8 @@ setup(
         "test": ["pytest"],
         "viz": ["matplotlib"],
         "tb": ["tensorboard"],
+        # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA
+        "ct2": ["ctranslate2>=4.0"],
     },
     entry_points={
         "console_scripts": [f"{prog} = nmt_toolkit.cli.{mod}:main" for prog, mod in PROGRAMS.items()],

@@ -31,6 +31,14 @@ class DecodeDeviceConfig:
     cpu: bool = option(False, "decode on the CPU even when a GPU is available")
     fp16: bool = option(False, "decode in float16 (GPU only)")
     bf16: bool = option(False, "decode in bfloat16 (GPU only; for models trained with --bf16)")
+    engine: str = option("torch", "torch: our beam search; ctranslate2: CTranslate2 (the [ct2] extra) on a folder "
+                                  "written by nmt-export, or on a --path checkpoint exported on the fly; see "
+                                  "docs/deployment.md for the options it maps and those it lacks",
+                         choices=("torch", "ctranslate2"))
+    device: Optional[str] = option(None, "cpu or cuda [default: cuda when available, unless --cpu]",
+                                   choices=("cpu", "cuda"))
+    threads: Optional[int] = option(None, "intra-op threads (torch.set_num_threads / CTranslate2's intra_threads) "
+                                          "[default: torch's count]", metavar="N")
 
 
 @dataclass
@@ -61,9 +69,28 @@ class GenerateIOConfig(DecodeDeviceConfig):
 def _device(cfg: GenerateIOConfig):
     import torch
 
+    if cfg.device == "cuda" and (cfg.cpu or not torch.cuda.is_available()):
+        raise UsageError("--device cuda: " + ("--cpu says otherwise" if cfg.cpu else "no GPU is available"))
+    if cfg.device is not None:
+        return torch.device(cfg.device)
     if not cfg.cpu and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+def _ctranslate2_setup(configs: dict, task, device):
+    """The CTranslate2 engine (nmt_toolkit/generation/ct2_engine.py), after refusing what it lacks."""
+    from nmt_toolkit.generation.ct2_engine import CTranslate2Generator, unsupported_options
+
+    gen, io = configs["generation"], configs["io"]
+    extra = tuple(flag for flag, on in (("--fp16", io.fp16), ("--bf16", io.bf16)) if on)
+    lacking = unsupported_options(gen, bool(getattr(io, "print_alignment", False) or getattr(io, "attention_plot", None)),
+                                  extra)
+    if lacking:
+        raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
+    generator = CTranslate2Generator(gen.path, task, gen, device.type, io.threads or 0, seed=configs["common"].seed)
+    gen.check_model_limit(generator.model.max_positions()[1])
+    return generator
 
 
 def encode_lines(lines, task, codec, max_src: int, what: str = "input"):
@@ -98,6 +125,14 @@ def setup(configs: dict):
     task_cfg = configs["task"]
     task = TASKS.get("translation").obj.setup_task(task_cfg)
     device = _device(io)
+    if io.threads is not None:
+        if io.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {io.threads}")
+        torch.set_num_threads(io.threads)
+    codec = task.subword()
+    detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
+    if io.engine == "ctranslate2":
+        return task, _ctranslate2_setup(configs, task, device), detok, device
     dict_files = [os.path.join(task_cfg.data, f"dict.{task_cfg.source_lang}.txt"),
                   os.path.join(task_cfg.data, f"dict.{task_cfg.target_lang}.txt")]
     models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, device)
@@ -116,8 +151,6 @@ def setup(configs: dict):
             optimize_for_cpu(model)
     generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
     gen.check_model_limit(generator.model.max_positions()[1])
-    codec = task.subword()
-    detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
     torch.manual_seed(configs["common"].seed)
     return task, generator, detok, device
 
@@ -136,6 +169,8 @@ def _decode_workers(io: GenerateIOConfig, gen: GenerationConfig, device, num_bat
     decode takes :func:`~nmt_toolkit.generation.parallel.auto_workers` workers: a beam step is hundreds of
     small operations on which intra-op threads mostly wait for each other, so one-thread workers on
     batches of their own keep the cores busier."""
+    if io.engine == "ctranslate2":  # CTranslate2 spreads a batch over its own intra_threads
+        return 1
     if io.decode_workers is None:
         if device.type != "cpu" or gen.sampling:
             return 1

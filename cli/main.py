@@ -14,6 +14,7 @@ PROGRAMS = {
     "interactive": ("interactive", "Translate raw text from stdin as it arrives."),
     "average-checkpoints": ("average_checkpoints", "Average the parameters of several checkpoints."),
     "score": ("score", "BLEU/chrF (sacreBLEU), tokenized BLEU, PARSEVAL F1."),
+    "export": ("export", "Write a checkpoint as a CTranslate2 model (int8/int16/float16/bfloat16)."),
 }
 
 

@@ -18,6 +18,7 @@ PROGRAMS = [  # (program, module, extra argv shown)
     ("nmt-interactive", "interactive", []),
     ("nmt-average-checkpoints", "average_checkpoints", []),
     ("nmt-score", "score", []),
+    ("nmt-export", "export", []),
 ]
 
 HEADER = """# Command-line reference

@@ -39,4 +39,4 @@ def test_readme_has_exactly_the_two_setup_commands():
     assert "examples/quickstart/run.sh" in commands[0]
     assert "pytest" in commands[1]
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert "pytest" in ci and 'pip install -q -e ".[test]"' in ci
+    assert "pytest" in ci and 'pip install -q -e ".[test,ct2]"' in ci

@@ -1,0 +1,88 @@
+"""nmt-export: write a trained checkpoint as a model for an inference engine (CTranslate2).
+
+\b
+    nmt-export --path ck/averaged.pt --format ctranslate2 --quantization int8 --output-dir m30k-ct2
+    nmt-export data-bin/m30k --path ck/averaged.pt --output-dir m30k-ct2     # dictionaries of this data-bin
+    nmt-generate data-bin/m30k --path m30k-ct2 --engine ctranslate2 --lenpen-style fairseq --early-stop beam
+
+The folder holds CTranslate2's model.bin, config.json and vocabularies, the data-bin's dict.<lang>.txt and
+subword model (sentencepiece .model or BPE codes) beside them, and nmt_export.json (what was exported).
+DATA defaults to the data-bin recorded in the checkpoint. Needs the [ct2] extra: pip install 'nmt_toolkit[ct2]'.
+See docs/deployment.md.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import CommonConfig, Group, build_command, option
+from nmt_toolkit.export.ctranslate2 import QUANTIZATIONS
+
+
+@dataclass
+class ExportConfig:
+    """What to export, to which engine's format, and where."""
+
+    path: Optional[str] = option(None, "the checkpoint to export", metavar="FILE")
+    format: str = option("ctranslate2", "the engine's model format", choices=("ctranslate2",))
+    quantization: str = option("none", "weight type of the exported model: none keeps float32; int8 and int16 "
+                                       "quantize the weights; float16/bfloat16 halve them (GPU engines); int8_float16: "
+                                       "int8 weights, float16 activations", choices=QUANTIZATIONS)
+    output_dir: Optional[str] = option(None, "folder to write (created; must be empty unless --overwrite)",
+                                       metavar="DIR")
+    overwrite: bool = option(False, "replace --output-dir if it exists")
+
+
+def export(configs: dict) -> int:
+    import logging
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.ctranslate2 import export as export_ct2
+    from nmt_toolkit.registry import TASKS
+    from nmt_toolkit.training.checkpoints import load_checkpoint
+
+    cfg: ExportConfig = configs["export"]
+    if not cfg.path:
+        raise UsageError("--path is required (the checkpoint to export)")
+    if not cfg.output_dir:
+        raise UsageError("--output-dir is required")
+    task_cfg = configs["task"]
+    if not task_cfg.data:  # the data-bin the checkpoint was trained on
+        recorded = (load_checkpoint(cfg.path).get("config") or {}).get("task") or {}
+        if not recorded.get("data"):
+            raise UsageError(f"{cfg.path}: the checkpoint records no data-bin folder; give it as DATA")
+        task_cfg.data = recorded["data"]
+        task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
+        task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
+    task = TASKS.get("translation").obj.setup_task(task_cfg)
+    record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
+    logging.getLogger("nmt_toolkit.export").info(
+        "wrote %s (CTranslate2 %s, quantization %s, %d positions)", cfg.output_dir, record["ctranslate2_version"],
+        cfg.quantization, record["max_positions"])
+    return 0
+
+
+def groups():
+    from nmt_toolkit.registry import TASKS
+
+    return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
+            Group("export", ExportConfig, "export options")]
+
+
+def run(argv=None, prog: str = "nmt-export") -> int:
+    from nmt_toolkit.cli.common import load_plugins, run_cli
+
+    def make(args):
+        load_plugins(args)
+        return build_command(prog, groups(), export, help=__doc__)
+
+    return run_cli(prog, make, argv)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Our Transformer → a CTranslate2 model directory, built through CTranslate2's public spec API.
+
+CTranslate2 (the ``[ct2]`` extra) is what MT deployments run for fast inference (int8/int16/float16/bfloat16,
+CPU and GPU). Its ``TransformerSpec`` has exactly our layer structure, checked against ``ctranslate2.specs``
+of 4.8.5: self-attention ``linear[0]`` is the fused [Q; K; V] projection (our ``in_proj``) and ``linear[1]``
+the output (``out_proj``); encoder–decoder attention ``linear[0]`` is Q (``q_proj``), ``linear[1]`` the
+fused [K; V] (``kv_proj``), ``linear[2]`` the output; each sub-layer's ``layer_norm`` is our residual
+wrapper's norm (applied before the sub-layer with ``pre_norm``, after the residual sum without);
+``ffn.linear_0``/``linear_1`` are ``fc1``/``fc2``; ``decoder.projection`` is the pre-softmax matrix
+(the tied embedding when shared; CTranslate2 stores equal arrays once).
+
+Positions. Without an explicit table CTranslate2 computes its own sinusoid, laid out as tensor2tensor
+does (all sines, then all cosines, timescales ``10000^(i / (d/2 - 1))``) — not the paper's interleaved
+``sin, cos`` pairs of section 3.5, and not counted from fairseq's ``padding_idx + 1``. So every model is
+exported with an explicit ``position_encodings.encodings`` table: the rows our own positional module adds
+at positions ``0 .. N-1`` (sinusoidal of either layout, or the learned table), which CTranslate2 adds at
+decoding step / source position ``t`` as we do. ``N`` is ``--max-positions`` for learned tables and
+``max(--max-positions, 1024)`` for sinusoids; longer inputs are truncated by the engine.
+
+Tokens: the vocabularies are our dictionaries' symbols in index order (``<s> <pad> </s> <unk>`` first, as
+CTranslate2's defaults name them); the decoder starts from ``</s>`` (fairseq's convention, ours) and
+CTranslate2 appends ``</s>`` to each source (``add_source_eos``), as our binarizer does. LayerNorm epsilon
+is torch's 1e-5.
+
+What CTranslate2 cannot represent is refused with one line naming the option: a ``--key-dim`` or
+``--value-dim`` other than ``embed_dim / heads`` (its attention splits the model dimension evenly), an
+activation it lacks, or a model class other than the built-in Transformer (e.g. a plugin's).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+from nmt_toolkit.errors import DataError, UsageError
+
+QUANTIZATIONS = ("none", "int8", "int8_float16", "int16", "float16", "bfloat16")
+EXPORT_JSON = "nmt_export.json"
+MIN_SINUSOID_ROWS = 1024
+
+
+def require_ctranslate2():
+    """The ``ctranslate2`` module, or a usage error saying how to install it."""
+    try:
+        import ctranslate2
+        import ctranslate2.specs  # noqa: F401
+    except ImportError:
+        raise UsageError("CTranslate2 is not installed: pip install 'nmt_toolkit[ct2]' "
+                         "(or pip install ctranslate2)") from None
+    return ctranslate2
+
+
+def check_exportable(model, what: str) -> None:
+    """A one-line :class:`UsageError` naming the first option of ``model`` CTranslate2 cannot represent."""
+    from nmt_toolkit.models.transformer import TransformerModel
+
+    if type(model) is not TransformerModel:
+        raise UsageError(f"{what}: a {type(model).__name__} cannot be exported to CTranslate2 (only the built-in "
+                         f"transformer model: a plugin's layers have no CTranslate2 spec)")
+    cfg = model.cfg
+    even = cfg.embed_dim // cfg.attention_heads
+    for name in ("key_dim", "value_dim"):
+        value = getattr(cfg, name)
+        if value is not None and (value != even or cfg.embed_dim % cfg.attention_heads):
+            raise UsageError(f"{what}: --{name.replace('_', '-')} {value} cannot be exported: CTranslate2's attention "
+                             f"uses embed_dim / heads = {cfg.embed_dim} / {cfg.attention_heads} per head")
+    if cfg.activation_fn not in ("relu", "gelu"):
+        raise UsageError(f"{what}: --activation-fn {cfg.activation_fn} has no CTranslate2 equivalent")
+
+
+def position_table(embedder, cfg):
+    """``[N, D]`` float32 numpy: what ``embedder`` adds at positions ``0 .. N-1`` (see the module docstring)."""
+    import torch
+
+    rows = cfg.max_positions if cfg.positional_embeddings == "learned" else max(cfg.max_positions, MIN_SINUSOID_ROWS)
+    with torch.no_grad():
+        return embedder.embed_positions(rows, 0, dtype=torch.float32).detach().cpu().contiguous().numpy()
+
+
+def build_spec(model, src_dict, tgt_dict):
+    """The ``ctranslate2.specs.TransformerSpec`` of ``model`` (a built-in :class:`TransformerModel`)."""
+    require_ctranslate2()
+    import numpy as np
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation_fn]
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.attention_heads, pre_norm=cfg.normalize_before,
+        activation=activation)
+
+    def array(tensor):
+        return np.ascontiguousarray(tensor.detach().float().cpu().numpy())
+
+    def linear(target, layer):
+        target.weight = array(layer.weight)
+        if layer.bias is not None:
+            target.bias = array(layer.bias)
+
+    def norm(target, layer):
+        target.gamma, target.beta = array(layer.weight), array(layer.bias)
+
+    def stack(target, side, embeddings):
+        embeddings.weight = array(side.embed.embed_tokens.weight)
+        target.scale_embeddings = not cfg.no_scale_embedding  # True: x sqrt(d_model), as our _Embedder
+        target.position_encodings.encodings = position_table(side.embed, cfg)
+        if cfg.normalize_before:
+            norm(target.layer_norm, side.layer_norm)
+
+    def self_attention_and_ffn(target, layer):
+        linear(target.self_attention.linear[0], layer.self_attn.in_proj)
+        linear(target.self_attention.linear[1], layer.self_attn.out_proj)
+        norm(target.self_attention.layer_norm, layer.self_attn_res.norm)
+        linear(target.ffn.linear_0, layer.ffn.fc1)
+        linear(target.ffn.linear_1, layer.ffn.fc2)
+        norm(target.ffn.layer_norm, layer.ffn_res.norm)
+
+    encoder, decoder = model.encoder, model.decoder
+    stack(spec.encoder, encoder, spec.encoder.embeddings[0])
+    for target, layer in zip(spec.encoder.layer, encoder.layers):
+        self_attention_and_ffn(target, layer)
+    stack(spec.decoder, decoder, spec.decoder.embeddings)
+    for target, layer in zip(spec.decoder.layer, decoder.layers):
+        self_attention_and_ffn(target, layer)
+        linear(target.attention.linear[0], layer.encoder_attn.q_proj)
+        linear(target.attention.linear[1], layer.encoder_attn.kv_proj)
+        linear(target.attention.linear[2], layer.encoder_attn.out_proj)
+        norm(target.attention.layer_norm, layer.encoder_attn_res.norm)
+    spec.decoder.projection.weight = array(decoder.output_weight())
+
+    spec.register_source_vocabulary([src_dict[i] for i in range(len(src_dict))])
+    spec.register_target_vocabulary([tgt_dict[i] for i in range(len(tgt_dict))])
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        src_dict[src_dict.unk()], src_dict[src_dict.bos()], src_dict[src_dict.eos()])
+    spec.config.decoder_start_token = tgt_dict[tgt_dict.eos()]  # EOS as BOS, fairseq's convention
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = 1e-5
+    return spec
+
+
+def export(checkpoint: str, task, output_dir: str, quantization: str = "none", overwrite: bool = False) -> dict:
+    """Write ``checkpoint`` (decoded with ``task``'s dictionaries) as a CTranslate2 model in ``output_dir``:
+    ``model.bin``, CTranslate2's ``config.json`` and vocabularies, our ``dict.<lang>.txt`` and the subword
+    model copied beside them, and ``nmt_export.json`` (what was exported). Written into a temporary folder
+    first and moved into place, so a failure leaves no half-written model. Returns the JSON record."""
+    require_ctranslate2()
+    import ctranslate2
+
+    from nmt_toolkit.generation.ensemble import load_ensemble
+    from nmt_toolkit.tasks.translation import read_preprocess_json
+
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)) and not overwrite:
+        raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace it)")
+    models, configs = load_ensemble([checkpoint], task.src_dict, task.tgt_dict)
+    model = models[0]
+    check_exportable(model, checkpoint)
+    spec = build_spec(model, task.src_dict, task.tgt_dict)
+    spec.validate()
+    spec.optimize(quantization=None if quantization == "none" else quantization)
+
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".nmt-export-", dir=parent)
+    try:
+        spec.save(staging)
+        record = {"format": "ctranslate2", "ctranslate2_version": ctranslate2.__version__,
+                  "quantization": quantization, "checkpoint": os.path.abspath(checkpoint),
+                  "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
+                  "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
+                  "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
+                  "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
+        for side, dictionary in (("source", task.src_dict), ("target", task.tgt_dict)):
+            lang = getattr(task.cfg, f"{side}_lang")
+            name = f"dict.{lang}.txt"
+            dictionary.save(os.path.join(staging, name))
+            record["dictionaries"][side] = name
+        subword = read_preprocess_json(task.cfg.data).get("subword")
+        if subword and subword.get("type"):
+            path = subword["model"] if os.path.isabs(subword["model"]) else os.path.join(task.cfg.data, subword["model"])
+            shutil.copyfile(path, os.path.join(staging, os.path.basename(path)))
+            record["subword"] = {**subword, "model": os.path.basename(path)}
+        with open(os.path.join(staging, EXPORT_JSON), "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=2, default=str)
+            handle.write("\n")
+        if os.path.isdir(output_dir):
+            shutil.rmtree(output_dir)
+        elif os.path.exists(output_dir):
+            os.remove(output_dir)
+        os.replace(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return record
+
+
+def read_export(folder: str) -> Optional[dict]:
+    """The ``nmt_export.json`` record of an exported folder, or None when ``folder`` is not one."""
+    path = os.path.join(folder, EXPORT_JSON)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable export record ({exc})") from None

@@ -1,0 +1,189 @@
+"""``--engine ctranslate2``: nmt-generate and nmt-interactive decoding through a CTranslate2 model.
+
+:class:`CTranslate2Generator` answers what the programs ask of :class:`SequenceGenerator` — ``generate``,
+``score_reference``, ``eos``/``pad``, ``model.max_positions()`` — with the same hypothesis dicts, so the
+S-/H-/D-/P- lines and the detokenization are the torch engine's own code. The model comes from
+``nmt-export`` (a folder with ``nmt_export.json``) or from a checkpoint exported on the fly into a temporary
+folder (quantization none).
+
+How the options map (CTranslate2 4.8's ``Translator.translate_batch``): ``--beam`` → ``beam_size``,
+``--nbest`` → ``num_hypotheses``, ``--lenpen`` → ``length_penalty``, ``--no-repeat-ngram-size`` → the same,
+``--prefix-size`` → ``target_prefix``, ``--min-len`` → ``min_decoding_length``, ``--max-len-a/b`` → one
+``max_decoding_length`` per group of sentences that share the limit ``a * |source| + b`` (CTranslate2 takes
+one limit per call), ``--sampling`` → random sampling (``sampling_topk``, ``sampling_topp``,
+``sampling_temperature``; one sample per sentence, so ``--beam 1``), ``--score-reference`` → ``score_batch``.
+
+Length penalty. CTranslate2 ranks a finished hypothesis by ``sum(log p) / |Y|^alpha`` with ``|Y|`` counting
+the end token — fairseq's style, our ``--lenpen-style fairseq`` (checked: the same 40 of 40 hypotheses and
+scores on Multi30k, tests/test_ctranslate2.py) — and stops a sentence once ``--beam`` hypotheses have
+finished, our ``--early-stop beam``. The paper's GNMT penalty and the exact ``bound`` rule do not exist
+there: those settings are refused rather than silently changed. Scores printed (H-, P-) are the target's
+log-probabilities from CTranslate2's ``score_batch``, normalised as the torch engine does.
+
+Options CTranslate2 lacks are one error line naming them: ``--unkpen`` (it can only forbid ``<unk>``),
+``--temperature`` without ``--sampling``, ``--print-alignment`` and ``--attention-plot`` (it returns one
+head's attention, not our head average), ensembles, ``--fp16``/``--bf16`` (the exported quantization decides).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import torch
+
+from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.export.ctranslate2 import read_export, require_ctranslate2
+
+logger = logging.getLogger("nmt_toolkit.generation.ct2_engine")
+
+
+def unsupported_options(gen, need_attn: bool = False, extra: tuple = ()) -> list[str]:
+    """The options of ``gen`` (a GenerationConfig) CTranslate2 cannot honour, as flag strings."""
+    lacking = list(extra)
+    if gen.lenpen != 0 and gen.lenpen_style != "fairseq":
+        lacking.append(f"--lenpen-style {gen.lenpen_style} (CTranslate2 divides by |Y|^alpha: use --lenpen-style "
+                       f"fairseq, or --lenpen 0)")
+    if gen.beam > 1 and not gen.sampling and gen.early_stop != "beam":
+        lacking.append(f"--early-stop {gen.early_stop} (CTranslate2 stops when --beam hypotheses have finished: "
+                       f"use --early-stop beam)")
+    if gen.unkpen:
+        lacking.append("--unkpen")
+    if gen.temperature != 1.0 and not gen.sampling:
+        lacking.append("--temperature without --sampling")
+    if gen.sampling and gen.beam != 1:
+        lacking.append("--sampling with --beam > 1 (CTranslate2 draws one sample per sentence: use --beam 1)")
+    if need_attn:
+        lacking.append("--print-alignment/--attention-plot")
+    if len((gen.path or "").split(":")) > 1:
+        lacking.append("ensembles (several --path)")
+    return lacking
+
+
+class _Positions:
+    """What the programs ask of ``generator.model``: the longest source and target the export holds."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def max_positions(self) -> tuple[int, int]:
+        return self.rows, self.rows
+
+
+class CTranslate2Generator:
+    """Decoding through ``ctranslate2.Translator`` (see the module docstring)."""
+
+    def __init__(self, path: str, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None):
+        ct2 = require_ctranslate2()
+        self.gen, self.src_dict, self.tgt_dict = gen, task.src_dict, task.tgt_dict
+        self.eos, self.pad = self.tgt_dict.eos(), self.tgt_dict.pad()
+        self._tmp = None
+        if os.path.isdir(path):
+            folder = path
+        elif os.path.isfile(path):  # a checkpoint: export it for this run
+            from nmt_toolkit.export.ctranslate2 import export
+
+            self._tmp = tempfile.mkdtemp(prefix="nmt-ct2-")
+            folder = os.path.join(self._tmp, "model")
+            logger.info("exporting %s to CTranslate2 (quantization none) in %s", path, folder)
+            export(path, task, folder)
+        else:
+            raise DataError(f"--path {path}: no such checkpoint or exported CTranslate2 folder")
+        record = read_export(folder)
+        if record is None or record.get("format") != "ctranslate2":
+            raise DataError(f"--path {folder}: not a folder written by nmt-export --format ctranslate2 "
+                            f"(no nmt_export.json)")
+        self._check_dictionaries(folder, record)
+        self.model = _Positions(int(record["max_positions"]))
+        if seed is not None:
+            ct2.set_random_seed(seed)
+        try:
+            self.translator = ct2.Translator(folder, device=device, intra_threads=threads)
+        except (RuntimeError, ValueError) as exc:
+            raise DataError(f"--path {folder}: CTranslate2 cannot load it ({exc})") from None
+
+    def _check_dictionaries(self, folder: str, record: dict) -> None:
+        from nmt_toolkit.data.dictionary import Dictionary
+
+        for side, mine in (("source", self.src_dict), ("target", self.tgt_dict)):
+            name = record.get("dictionaries", {}).get(side)
+            path = os.path.join(folder, name or f"<no {side} dictionary>")
+            if not name or not os.path.isfile(path):
+                raise DataError(f"{folder}: the export has no {side} dictionary ({path})")
+            if Dictionary.load(path) != mine:
+                raise DataError(f"{path}: wrong dictionary: the exported model's {side} dictionary differs from the "
+                                f"data-bin's; decode with the data-bin the model was trained on")
+
+    def close(self) -> None:
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __del__(self):
+        self.close()
+
+    # ------------------------------------------------------------------ tokens
+
+    def _source(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[list[str]]:
+        """Symbols of each source without padding and without its EOS (CTranslate2 appends it)."""
+        rows = src_tokens.cpu().tolist()
+        return [[self.src_dict[t] for t in row[: int(n)] if t != self.src_dict.eos()]
+                for row, n in zip(rows, src_lengths.tolist())]
+
+    def _ids(self, symbols: list[str]) -> torch.Tensor:
+        return torch.tensor([self.tgt_dict.index(s) for s in symbols] + [self.eos], dtype=torch.long)
+
+    def _hypothesis(self, ids: torch.Tensor, log_probs: list[float]) -> dict:
+        pos = torch.tensor(log_probs, dtype=torch.float32)
+        lp = len(log_probs) ** self.gen.lenpen if self.gen.lenpen else 1.0
+        return {"tokens": ids, "score": float(pos.sum()) / lp, "positional_scores": pos, "attention": None,
+                "alignment": None}
+
+    # ------------------------------------------------------------------ the generator interface
+
+    def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+                 prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False) -> list[list[dict]]:
+        if need_attn:
+            raise UsageError("--engine ctranslate2 has no --print-alignment/--attention-plot")
+        gen, rows = self.gen, self.model.rows
+        sources = self._source(src_tokens, src_lengths)
+        limits = [max(min(int(gen.max_len_a * int(n) + gen.max_len_b), rows - 1), max(gen.min_len, 1))
+                  for n in src_lengths.tolist()]
+        prefixes = None
+        if prefix_tokens is not None:
+            prefixes = [[self.tgt_dict[t] for t in row if t not in (self.pad, self.eos)]
+                        for row in prefix_tokens.cpu().tolist()]
+        options = dict(beam_size=gen.beam, num_hypotheses=gen.nbest, length_penalty=gen.lenpen,
+                       no_repeat_ngram_size=gen.no_repeat_ngram_size, min_decoding_length=gen.min_len,
+                       max_input_length=rows)
+        if gen.sampling:
+            options.update(beam_size=1, sampling_topk=0 if gen.sampling_topk < 1 else gen.sampling_topk,
+                           sampling_topp=1.0 if gen.sampling_topp <= 0 else gen.sampling_topp,
+                           sampling_temperature=gen.temperature)
+        out: list = [None] * len(sources)
+        for limit in sorted(set(limits)):  # one call per output-length limit (see the module docstring)
+            idx = [i for i, m in enumerate(limits) if m == limit]
+            results = self.translator.translate_batch(
+                [sources[i] for i in idx], target_prefix=None if prefixes is None else [prefixes[i] for i in idx],
+                max_decoding_length=limit, **options)
+            pairs = [(i, hyp) for i, result in zip(idx, results) for hyp in result.hypotheses]
+            scored = self.translator.score_batch([sources[i] for i, _ in pairs], [hyp for _, hyp in pairs],
+                                                 max_input_length=rows)
+            for (i, hyp), score in zip(pairs, scored):
+                if out[i] is None:
+                    out[i] = []
+                out[i].append(self._hypothesis(self._ids(hyp), score.log_probs))
+        for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
+            hyps.sort(key=lambda h: -h["score"])
+        return out
+
+    def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
+                        need_attn: bool = False) -> list[list[dict]]:
+        if need_attn:
+            raise UsageError("--engine ctranslate2 has no --print-alignment/--attention-plot")
+        sources = self._source(src_tokens, src_lengths)
+        targets = [[self.tgt_dict[t] for t in row if t not in (self.pad, self.eos)] for row in target.cpu().tolist()]
+        scored = self.translator.score_batch(sources, targets, max_input_length=self.model.rows)
+        return [[self._hypothesis(self._ids(t), s.log_probs)] for t, s in zip(targets, scored)]
