@@ -18,6 +18,7 @@ from nmt_toolkit.config import CommonConfig, Group, build_command, load_yaml, op
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.training.options import (CheckpointConfig, DistributedConfig, LoggingConfig, OptimizationConfig,
                                           PrecisionConfig, check_together)
+from nmt_toolkit.training.valid_bleu import EvalBleuConfig
 
 SELECTORS = ["task", "arch", "criterion", "optimizer", "lr_scheduler", "user_dir"]
 DEFAULTS = {"task": "translation", "arch": "transformer_base", "criterion": "label_smoothed_cross_entropy",
@@ -74,7 +75,8 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
     for name, entry in (("criterion", crit_entry), ("optimizer", optim_entry), ("lr_scheduler", sched_entry)):
         if entry.config is not None:
             groups.append(Group(name, entry.config, f"{name.replace('_', ' ')} options ({sel[name]})"))
-    groups += [Group("optimization", OptimizationConfig), Group("checkpoint", CheckpointConfig),
+    groups += [Group("optimization", OptimizationConfig), Group("eval_bleu", EvalBleuConfig, "validation BLEU"),
+               Group("checkpoint", CheckpointConfig),
                Group("distributed", DistributedConfig), Group("precision", PrecisionConfig),
                Group("logging", LoggingConfig, "logging and dry-run options")]
 
@@ -125,7 +127,7 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     task_cfg = configs.get("task")
     if task_cfg is not None and hasattr(task_cfg, "data") and not task_cfg.data:
         raise UsageError("missing the data folder (nmt-train DATA-BIN ...), or use --dry-run --vocab-size V")
-    check_together(configs["optimization"], configs["checkpoint"])
+    check_together(configs["optimization"], configs["checkpoint"], configs["eval_bleu"].eval_bleu)
     keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size

@@ -102,8 +102,11 @@ def test_unknown_best_checkpoint_metric_is_a_startup_error(tiny_bin, tmp_path, c
     rc = train([tiny_bin, *TINY, "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
                 "--patience", "2", "--max-update", "2", "--save-dir", str(tmp_path / "m")])
     assert rc == 2
-    assert _one_line_error(capsys) == ("nmt-train: error: unknown --best-checkpoint-metric 'bleu': validation "
-                                       "produces loss, nll_loss, ppl")
+    assert _one_line_error(capsys) == ("nmt-train: error: --best-checkpoint-metric bleu needs --eval-bleu "
+                                       "(validation computes BLEU only then)")
+    assert train([tiny_bin, *TINY, "--best-checkpoint-metric", "accuracy", "--save-dir", str(tmp_path / "m")]) == 2
+    assert _one_line_error(capsys) == ("nmt-train: error: unknown --best-checkpoint-metric 'accuracy': validation "
+                                       "produces loss, nll_loss, ppl, and bleu with --eval-bleu")
     assert not (tmp_path / "m").exists()
 
 

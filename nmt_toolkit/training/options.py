@@ -8,7 +8,8 @@ from nmt_toolkit.config import option
 from nmt_toolkit.criterions import derived_metrics
 from nmt_toolkit.errors import UsageError
 
-# what validation reports (train_loop.validate: derived_metrics of the summed criterion outputs)
+# what validation reports (train_loop.validate: derived_metrics of the summed criterion outputs), and with
+# --eval-bleu also "bleu" (training/valid_bleu.py)
 VALIDATION_METRICS = tuple(derived_metrics({"sample_size": 1.0, "ntokens": 1.0}))
 
 
@@ -61,9 +62,9 @@ class CheckpointConfig:
     reset_meters: bool = option(False, "resume without the logged meters")
 
     def validate(self) -> None:
-        if self.best_checkpoint_metric not in VALIDATION_METRICS:
+        if self.best_checkpoint_metric not in VALIDATION_METRICS + ("bleu",):
             raise UsageError(f"unknown --best-checkpoint-metric {self.best_checkpoint_metric!r}: validation "
-                             f"produces {', '.join(VALIDATION_METRICS)}")
+                             f"produces {', '.join(VALIDATION_METRICS)}, and bleu with --eval-bleu")
         if self.save_interval < 1:
             raise UsageError(f"--save-interval must be at least 1, got {self.save_interval}")
 
@@ -99,7 +100,15 @@ class LoggingConfig:
     no_progress_bar: bool = option(False, "same as --log-format simple")
 
 
-def check_together(opt: OptimizationConfig, ck: CheckpointConfig) -> None:
+def check_together(opt: OptimizationConfig, ck: CheckpointConfig, eval_bleu: bool = False) -> None:
     """Options that contradict each other across groups (each group's own checks are its ``validate``)."""
     if opt.disable_validation and ck.patience > 0:
         raise UsageError(f"--patience {ck.patience} needs validation, but --disable-validation is set")
+    if opt.disable_validation and eval_bleu:
+        raise UsageError("--eval-bleu needs validation, but --disable-validation is set")
+    if ck.best_checkpoint_metric == "bleu":
+        if not eval_bleu:
+            raise UsageError("--best-checkpoint-metric bleu needs --eval-bleu (validation computes BLEU only then)")
+        if not ck.maximize_best_checkpoint_metric:
+            raise UsageError("--best-checkpoint-metric bleu needs --maximize-best-checkpoint-metric (a higher "
+                             "BLEU is better)")

@@ -28,6 +28,7 @@ from nmt_toolkit.training import distributed
 from nmt_toolkit.training.progress import Meter, ProgressLogger
 from nmt_toolkit.training.state import set_rng_state
 from nmt_toolkit.training.trainer import Trainer
+from nmt_toolkit.training.valid_bleu import BleuValidator, bleu_from_stats
 
 logger = logging.getLogger("nmt_toolkit.train")
 
@@ -227,6 +228,9 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     valid_subsets = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
     for split in valid_subsets:
         task.load_dataset(split)
+    bleu_cfg = configs.get("eval_bleu")
+    bleu = BleuValidator(bleu_cfg, task, model, device, seed) if valid_subsets and bleu_cfg and bleu_cfg.eval_bleu \
+        else None
     epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,
                                         shard_id=info.rank, epoch=epoch)
     if not epoch_itr.batches:
@@ -257,24 +261,39 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         return value > best if ck.maximize_best_checkpoint_metric else value < best
 
     def validate(count_for_best: bool = True) -> Optional[float]:
+        """Loss statistics of every validation split (BLEU too on the first, with --eval-bleu); returns the
+        first split's --best-checkpoint-metric."""
         first = None
-        for split in valid_subsets:
+        for index, split in enumerate(valid_subsets):
             itr = task.get_batch_iterator(split=split, seed=seed, num_shards=info.world_size, shard_id=info.rank,
                                           epoch=1, shuffle=False)
+            with_bleu = bleu is not None and index == 0
+            if with_bleu:
+                bleu.start()
             sums = torch.zeros(5, dtype=torch.float64)
             for sample in itr.next_epoch_itr(shuffle=False):
                 out = trainer.valid_step(sample)
                 sums += torch.tensor([out[k] for k in ("sample_size", "loss", "nll_loss", "ntokens", "nsentences")],
                                      dtype=torch.float64)
+                if with_bleu:
+                    bleu.add(sample)
             if info.world_size > 1:
                 sums = distributed.all_reduce_sum(sums.to(device)).cpu()
             agg = dict(zip(("sample_size", "loss", "nll_loss", "ntokens", "nsentences"), sums.tolist()))
             m = derived_metrics(agg)
             m["wps"] = 0.0
-            metric = m[ck.best_checkpoint_metric]  # a known name: CheckpointConfig.validate
             stats = {"epoch": epoch_itr.epoch, "loss": round(m["loss"], 4), "nll_loss": round(m["nll_loss"], 4),
                      "ppl": round(m["ppl"], 2), "num_updates": trainer.num_updates}
-            if first is None and count_for_best:
+            if with_bleu:
+                counts = bleu.stats()
+                if info.world_size > 1:
+                    counts = distributed.all_reduce_sum(counts.to(device)).cpu()
+                m["bleu"] = bleu_from_stats(counts)
+                stats["bleu"] = round(m["bleu"], 2)
+                if bleu.sample_line():
+                    progress.message(bleu.sample_line())
+            if index == 0 and count_for_best:
+                metric = m[ck.best_checkpoint_metric]  # a known name: CheckpointConfig.validate, check_together
                 first = metric
                 stats[f"best_{ck.best_checkpoint_metric}"] = round(metric if better(metric) else best, 4)
             progress.print(stats, tag=split if split.startswith("valid") else f"valid_{split}",
