@@ -27,8 +27,9 @@ from tests.train_helpers import TINY, make_bin, same_state
 
 MAX_UPDATE = 14
 # a save after every update (so kills land in saves often), pruning, a best checkpoint every 4 updates
+# (--cpu: bit-exact comparisons on a GPU machine too, where CUDA kernels need not be deterministic)
 FLAGS = [*TINY, "--save-interval-updates", "1", "--keep-interval-updates", "2", "--validate-interval-updates", "4",
-         "--keep-best-checkpoints", "2", "--log-format", "none"]
+         "--keep-best-checkpoints", "2", "--log-format", "none", "--cpu"]
 
 # Runs nmt-train; KILL_AT="<n>:<mid|after>" SIGKILLs this process inside the n-th atomic file write (1-based;
 # config.yaml is the first): "mid" after half of the temp file's bytes are on disk, "after" once it is renamed.

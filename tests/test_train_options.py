@@ -111,7 +111,7 @@ def test_reset_options(tiny_bin, four_updates, tmp_path, flag):
 
 
 def test_rerun_from_saved_config_yaml_is_the_same_run(tiny_bin, tmp_path):
-    assert train([tiny_bin, *TINY, "--seed", "7", "--dropout", "0.3", "--max-update", "3",
+    assert train([tiny_bin, *TINY, "--cpu", "--seed", "7", "--dropout", "0.3", "--max-update", "3",
                   "--save-dir", str(tmp_path / "a")]) == 0
     assert train(["--config", str(tmp_path / "a" / "config.yaml"), "--save-dir", str(tmp_path / "b")]) == 0
     a, b = load(tmp_path / "a" / "checkpoint_last.pt"), load(tmp_path / "b" / "checkpoint_last.pt")
