@@ -5,6 +5,7 @@ Validation losses are scripted (``Trainer.valid_step`` returns a chosen loss for
 validation is the best and when patience runs out is known in advance; the clock of --save-interval-minutes is
 a fake that moves 40 s per update.
 """
+import json
 import math
 import os
 import shutil
@@ -119,3 +120,24 @@ def test_rerun_from_saved_config_yaml_is_the_same_run(tiny_bin, tmp_path):
     skip = ("common", "checkpoint")  # the --config path and the --save-dir
     assert {k: v for k, v in a["config"].items() if k not in skip} == \
         {k: v for k, v in b["config"].items() if k not in skip}
+
+
+def test_reset_lr_scheduler(tiny_bin, tmp_path, capsys):
+    """reduce_lr_on_plateau keeps its shrunk LR and its best loss in the checkpoint; --reset-lr-scheduler drops
+    them and starts again at --lr (set here by editing the saved state: the plateau needs epochs to shrink)."""
+    import torch
+
+    at = TINY.index("--warmup-updates")  # an inverse_sqrt option
+    flags = [tiny_bin, *TINY[:at], *TINY[at + 2:], "--lr-scheduler", "reduce_lr_on_plateau", "--lr", "1e-3"]
+    assert train([*flags, "--max-update", "2", "--save-dir", str(tmp_path / "a")]) == 0
+    state = load(tmp_path / "a" / "checkpoint_last.pt")
+    state["lr_scheduler"] = {**state["lr_scheduler"], "lr": 2.5e-4, "best": 3.0, "bad_epochs": 1}
+    torch.save(state, tmp_path / "a" / "checkpoint_last.pt")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    capsys.readouterr()
+    for folder, reset, lr, best in (("a", [], 2.5e-4, 3.0), ("b", ["--reset-lr-scheduler"], 1e-3, None)):
+        assert train([*flags, "--max-update", "3", "--save-dir", str(tmp_path / folder), *reset]) == 0
+        rows = [json.loads(l) for l in capsys.readouterr().err.splitlines() if l.startswith('{"tag": "train_inner"')]
+        assert [r["train_inner_lr"] for r in rows] == [lr]  # the one update after the resume
+        saved = load(tmp_path / folder / "checkpoint_last.pt")["lr_scheduler"]
+        assert (saved["lr"], saved["best"]) == (lr, best)
