@@ -141,3 +141,24 @@ def test_reset_lr_scheduler(tiny_bin, tmp_path, capsys):
         assert [r["train_inner_lr"] for r in rows] == [lr]  # the one update after the resume
         saved = load(tmp_path / folder / "checkpoint_last.pt")["lr_scheduler"]
         assert (saved["lr"], saved["best"]) == (lr, best)
+
+
+def test_plateau_scheduler_reads_the_epoch_end_validation_loss(tiny_bin, tmp_path, monkeypatch):
+    """Was passed the best metric: 3.0 from update 8 instead of the epoch end's 4.0, or a BLEU as a loss."""
+    from nmt_toolkit.optim.lr_schedulers import PlateauSchedule
+
+    script = {8: 3.0, 16: 4.0}  # the epoch (16 batches) ends at update 16
+
+    def valid_step(self, sample):
+        loss = script.get(self.num_updates, 9.0) * 10.0 * math.log(2)
+        return {"sample_size": 10.0, "loss": loss, "nll_loss": loss, "ntokens": 10.0, "nsentences": 1.0}
+
+    seen = []
+    orig = PlateauSchedule.step
+    monkeypatch.setattr(Trainer, "valid_step", valid_step)
+    monkeypatch.setattr(PlateauSchedule, "step", lambda self, epoch, loss=None: seen.append((epoch, loss)) or
+                        orig(self, epoch, loss))
+    at = TINY.index("--warmup-updates")
+    assert train([tiny_bin, *TINY[:at], *TINY[at + 2:], "--lr-scheduler", "reduce_lr_on_plateau",
+                  "--validate-interval-updates", "8", "--max-update", "17", "--save-dir", str(tmp_path)]) == 0
+    assert seen == [(1, pytest.approx(4.0))]

@@ -260,9 +260,12 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             return True
         return value > best if ck.maximize_best_checkpoint_metric else value < best
 
+    last_valid_loss: Optional[float] = None  # the first split's loss at the latest validation
+
     def validate(count_for_best: bool = True) -> Optional[float]:
         """Loss statistics of every validation split (BLEU too on the first, with --eval-bleu); returns the
         first split's --best-checkpoint-metric."""
+        nonlocal last_valid_loss
         first = None
         for index, split in enumerate(valid_subsets):
             itr = task.get_batch_iterator(split=split, seed=seed, num_shards=info.world_size, shard_id=info.rank,
@@ -292,6 +295,8 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                 stats["bleu"] = round(m["bleu"], 2)
                 if bleu.sample_line():
                     progress.message(bleu.sample_line())
+            if index == 0:
+                last_valid_loss = m["loss"]
             if index == 0 and count_for_best:
                 metric = m[ck.best_checkpoint_metric]  # a known name: CheckpointConfig.validate, check_together
                 first = metric
@@ -438,7 +443,9 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                 stats["epoch"] = epoch_itr.epoch
                 progress.print(stats, tag="train", step=trainer.num_updates)
                 epoch_meter.reset()
-                lr_scheduler.step(epoch_itr.epoch, best)
+                # reduce_lr_on_plateau reads this epoch's validation loss (not the best metric: a BLEU, or
+                # the best of earlier validations, would read as a loss that never rose); None: not validated
+                lr_scheduler.step(epoch_itr.epoch, last_valid_loss if val is not None else None)
             if reason is None and not end_of_epoch:
                 reason = "the data iterator ended"
     finally:
