@@ -97,3 +97,15 @@ def test_resume_under_ddp_and_with_a_changed_world_size(tiny_bin, tmp_path):
         assert got["train_state"]["num_updates"] == 6, folder
         assert got["train_state"]["iterator"]["iterations_in_epoch"] == iterations, folder
         assert max_diff(want["model"], got["model"]) <= 1e-5, folder
+
+
+def test_reshard_rule():
+    """k batches per rank on N ranks = k*N batches of the epoch read; on M ranks k*N // M each."""
+    from nmt_toolkit.training.train_loop import _reshard
+
+    state = {"epoch": 2, "iterations_in_epoch": 7, "shuffle": True}
+    assert _reshard(state, 2, 2) is state
+    assert _reshard(state, 2, 1) == {**state, "iterations_in_epoch": 14}
+    assert _reshard(state, 1, 2) == {**state, "iterations_in_epoch": 3}  # batch 6 is read again, with a warning
+    assert _reshard(state, 4, 8)["iterations_in_epoch"] == 3
+    assert _reshard({**state, "iterations_in_epoch": 0}, 1, 2)["iterations_in_epoch"] == 0

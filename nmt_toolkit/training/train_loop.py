@@ -234,12 +234,14 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,
                                         shard_id=info.rank, epoch=epoch)
     if not epoch_itr.batches:
-        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than "
-                       f"--max-tokens {configs['task'].max_tokens} or the max positions (see the warning above); "
-                       f"raise --max-tokens")
+        budget = getattr(configs.get("task"), "max_tokens", None)
+        limit = f"--max-tokens {budget} or the max positions" if budget else "the max positions"
+        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than {limit} "
+                       f"(see the warning above); raise " + ("--max-tokens" if budget else "--max-source-positions/"
+                                                             "--max-target-positions"))
     if train_state.get("iterator") and not ck.reset_dataloader:
-        epoch_itr.load_state_dict(_reshard(train_state["iterator"], int(train_state.get("num_shards", 1)),
-                                           info.world_size))
+        saved_shards = int(train_state.get("num_shards", info.world_size))  # older checkpoints: not recorded
+        epoch_itr.load_state_dict(_reshard(train_state["iterator"], saved_shards, info.world_size))
 
     best = train_state.get("best")
     bad_validations = int(train_state.get("patience_counter", 0))
