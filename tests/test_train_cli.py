@@ -127,6 +127,7 @@ def test_nll_loss_as_best_metric_is_the_logged_nll_loss(tiny_bin, tmp_path, caps
     (["--batch-size", "0"], 2, "--batch-size must be at least 1, got 0"),
     (["--distributed-world-size", "0"], 2, "--distributed-world-size must be at least 1, got 0"),
     (["--patience", "3", "--disable-validation"], 2, "--patience 3 needs validation, but --disable-validation is set"),
+    (["--save-interval", "0"], 2, "--save-interval must be at least 1, got 0"),
 ])
 def test_training_that_would_do_nothing_is_an_error(tiny_bin, tmp_path, capsys, flags, code, message):
     """Issue 19.7/19.8: these trained nothing and exited 0, or ended in a traceback."""
