@@ -199,3 +199,22 @@ def test_weights_that_disagree_with_their_config_are_not_called_a_wrong_dictiona
     line = _one_error(err)
     assert rc == 1 and "wrong dictionary" not in line
     assert "mixed.pt" in line and "(64, 32)" in line and "(48, 32)" in line, line
+
+
+def test_a_split_preprocess_json_does_not_list_is_refused(setup_dir, capsys, tmp_path):
+    """Issue 19 finding 4 end to end: the landed --overwrite left test.* of the old vocabulary beside a
+    preprocess.json listing only train, and nmt-generate --gen-subset test decoded garbage with exit 0."""
+    import json
+    import shutil
+
+    root, data, ck = setup_dir
+    stale = tmp_path / "bin"
+    shutil.copytree(data, stale)
+    record = json.loads((stale / "preprocess.json").read_text())
+    del record["splits"]["test"]
+    (stale / "preprocess.json").write_text(json.dumps(record))
+    rc, out, err = _run(capsys, [stale, "--path", ck, "--gen-subset", "test", "--max-len-b", "3"])
+    assert rc == 1 and not out
+    assert "preprocess.json does not list the split 'test'" in _one_error(err)
+    rc, out, err = _run(capsys, [stale, "--path", ck, "--gen-subset", "valid", "--max-len-b", "3"])
+    assert rc == 0 and len(_tagged(out, "H")) == 20, err
