@@ -68,6 +68,41 @@ def check_output_folder(folder: str, flag: str) -> None:
         raise DataError(f"{flag} {folder}: cannot write there ({exc.strerror})") from None
 
 
+class ReplacingFile:
+    """A UTF-8 text file written under a temporary name in ``path``'s folder and renamed over ``path`` by
+    :meth:`close`: a run that fails half way leaves an earlier ``path`` whole, and the temporary file goes
+    away with this object (when the exception has unwound)."""
+
+    def __init__(self, path: str):
+        import tempfile
+        import weakref
+
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+        self._handle = os.fdopen(fd, "w", encoding="utf-8")
+        self._path, self._tmp = path, tmp
+        self._discard = weakref.finalize(self, _discard_file, self._handle, tmp)
+
+    def write(self, text: str) -> int:
+        return self._handle.write(text)
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+        os.replace(self._tmp, self._path)
+        self._discard.detach()
+
+
+def _discard_file(handle, path: str) -> None:
+    handle.close()
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def spread_values(args: Sequence[str], flag: str) -> list[str]:
     """``--flag a b c`` (argparse's nargs='+', as fairseq's scripts take it) → ``--flag a --flag b --flag c``.
 

@@ -248,7 +248,9 @@ def generate(configs: dict) -> int:
     out_handle = sys.stdout
     if io.results_path:
         os.makedirs(io.results_path, exist_ok=True)
-        out_handle = open(os.path.join(io.results_path, f"generate-{subset}.txt"), "w", encoding="utf-8")
+        from nmt_toolkit.cli.common import ReplacingFile
+
+        out_handle = ReplacingFile(os.path.join(io.results_path, f"generate-{subset}.txt"))  # old file kept on error
     printer = OrderedPrinter(None if io.quiet else out_handle)
     need_attn = io.print_alignment
     h_bpe = _h_bpe_symbol(io, task)

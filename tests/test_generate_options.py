@@ -218,3 +218,30 @@ def test_a_split_preprocess_json_does_not_list_is_refused(setup_dir, capsys, tmp
     assert "preprocess.json does not list the split 'test'" in _one_error(err)
     rc, out, err = _run(capsys, [stale, "--path", ck, "--gen-subset", "valid", "--max-len-b", "3"])
     assert rc == 0 and len(_tagged(out, "H")) == 20, err
+
+
+def test_results_path_keeps_the_previous_file_when_a_run_fails(setup_dir, capsys, tmp_path, monkeypatch):
+    """Nothing already written is lost: the file is written under a temporary name and renamed at the end."""
+    from nmt_toolkit.generation import output
+
+    root, data, ck = setup_dir
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "generate-test.txt").write_text("the previous run's lines\n")
+    real, calls = output.hypothesis_lines, []
+
+    def failing_after_five(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 5:
+            raise RuntimeError("decoding failed half way")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(output, "hypothesis_lines", failing_after_five)
+    with pytest.raises(RuntimeError, match="half way"):
+        gen_cli.run([str(data), "--path", str(ck), "--max-len-b", "3", "--batch-size", "2", "--decode-workers", "1",
+                     "--results-path", str(folder)])
+    import gc
+
+    gc.collect()
+    assert (folder / "generate-test.txt").read_text() == "the previous run's lines\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["generate-test.txt"]
