@@ -1,8 +1,9 @@
-"""What every program shares: error mapping, plugin loading, one-line messages.
+"""What every program shares: error mapping, plugin loading, one-line messages, output places.
 
 A user's mistake (:class:`~nmt_toolkit.errors.NmtError`, a click usage error) becomes one line on stderr
 and an exit status (2 usage, 1 data); ``--debug`` adds the traceback. A closed stdout (``| head``) ends
-the program quietly, as Unix tools do.
+the program quietly, as Unix tools do. Output folders are checked before the work starts, and result
+files replace earlier ones only when complete.
 """
 from __future__ import annotations
 
