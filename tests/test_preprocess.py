@@ -311,3 +311,20 @@ def test_a_swap_that_fails_halfway_is_undone(tmp_path, capsys, monkeypatch):
     _assert_error(capsys, rc, "--destdir", "writing failed: Input/output error", "left as it was")
     assert len(calls) > 4 and _tree(dest) == before  # undone, file for file
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p or ".old-" in p]
+
+
+def test_an_input_that_goes_away_is_named_as_an_input(tmp_path, capsys, monkeypatch):
+    """An input file removed after the scan is a read error naming it, not 'writing failed'."""
+    import errno
+
+    from nmt_toolkit.data import binarize
+
+    prefix = _tiny(tmp_path, "t", "a b\nc\n", "x y\nz\n")
+
+    def gone(path, start, end):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+
+    monkeypatch.setattr(binarize, "_read_lines", gone)
+    rc = _prep(prefix, tmp_path / "bin")
+    _assert_error(capsys, rc, "t.en: cannot read (No such file or directory)", "left as it was")
+    assert not (tmp_path / "bin").exists()

@@ -302,6 +302,11 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
         return record
     except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
+        named = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else None
+        ours = (destdir + os.sep, os.path.join(os.path.dirname(destdir), f".{os.path.basename(destdir)}."))
+        if named and not named.startswith(ours):  # not the staging, trash or data-bin folder: an input file
+            raise DataError(f"{exc.filename}: cannot read ({exc.strerror}); --destdir {cfg.destdir} was left "
+                            f"as it was") from None
         where = f" ({exc.filename})" if exc.filename else ""
         raise DataError(f"--destdir {cfg.destdir}: writing failed: {exc.strerror}{where}; "
                         f"{cfg.destdir} was left as it was") from None
