@@ -38,3 +38,14 @@ def test_malformed_file_names_file_and_line(tmp_path, text, line):
     path.write_text(text)
     with pytest.raises(DataError, match=f"{path}.*line {line}"):
         Dictionary.load(str(path))
+
+
+def test_checksum_follows_the_ids_not_the_counts():
+    """preprocess.json records it per split: only what changes the ids may change it."""
+    import hashlib
+
+    a = Dictionary.from_counts(Counter({"a": 10, "b": 5}), padding_factor=1)
+    b = Dictionary.from_counts(Counter({"a": 99, "b": 1}), padding_factor=1)
+    swapped = Dictionary.from_counts(Counter({"a": 1, "b": 5}), padding_factor=1)
+    assert a.checksum() == b.checksum() == hashlib.sha256("<s>\n<pad>\n</s>\n<unk>\na\nb".encode()).hexdigest()
+    assert swapped.checksum() != a.checksum()
