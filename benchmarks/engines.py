@@ -30,7 +30,7 @@ import tempfile
 import time
 
 _REPORTED = re.compile(r"[Tt]ranslated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
-_BLEU = re.compile(r"^Generate \S+ with beam=\d+: .*?= ([\d.]+) ", re.M)
+_BLEU = re.compile(r"^Generate \S+ with beam=\d+: .*?= ([\d.]+)[ ,]", re.M)
 
 
 def _run(cmd: list, env: dict) -> dict:

@@ -159,7 +159,7 @@ def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_model,
     assert same >= 980
     assert abs(bleu["ct2"] - bleu["torch"]) <= 0.3
     assert abs(bleu["int8"] - bleu["ct2"]) <= 1.0
-    assert bleu["torch"] > 1.0  # the model learned something: the agreement is not between empty outputs
+    assert len(set(ours.values())) > 500  # varied outputs: the agreement is not between degenerate hypotheses
     # a checkpoint given to --engine ctranslate2 is exported on the fly: the same lines
     fly_h, _ = _generate(data, ck, tmp_path / "fly", "--engine", "ctranslate2")
     assert fly_h == ct2_h
