@@ -15,6 +15,7 @@ PROGRAMS = {
     "nmt-average-checkpoints": "average_checkpoints",
     "nmt-score": "score",
     "nmt-export": "export",
+    "nmt-convert": "convert",
 }
 
 setup(

@@ -1,12 +1,16 @@
-"""nmt-export: write a trained checkpoint as a model for an inference engine (CTranslate2).
+"""nmt-export: write a trained checkpoint as a model for an inference engine (CTranslate2) or for fairseq.
 
 \b
     nmt-export --path ck/averaged.pt --format ctranslate2 --quantization int8 --output-dir m30k-ct2
     nmt-export data-bin/m30k --path ck/averaged.pt --output-dir m30k-ct2     # dictionaries of this data-bin
     nmt-generate data-bin/m30k --path m30k-ct2 --engine ctranslate2 --lenpen-style fairseq --early-stop beam
+    nmt-export data-bin/m30k --path ck/averaged.pt --format fairseq --output-dir m30k-fairseq
+    fairseq-generate data-bin/m30k --path m30k-fairseq/checkpoint.pt --beam 4 --lenpen 0.6
 
 The folder holds CTranslate2's model.bin, config.json and vocabularies, the data-bin's dict.<lang>.txt and
 subword model (sentencepiece .model or BPE codes) beside them, and nmt_export.json (what was exported).
+With --format fairseq the folder holds checkpoint.pt (fairseq 0.12's layout, read by fairseq-generate and
+CTranslate2's fairseq converter), the dictionaries and nmt_export.json; see docs/migrating-from-fairseq.md.
 DATA defaults to the data-bin recorded in the checkpoint. Needs the [ct2] extra: pip install 'nmt_toolkit[ct2]'.
 See docs/deployment.md.
 """
@@ -25,7 +29,7 @@ class ExportConfig:
     """What to export, to which engine's format, and where."""
 
     path: Optional[str] = option(None, "the checkpoint to export", metavar="FILE")
-    format: str = option("ctranslate2", "the engine's model format", choices=("ctranslate2",))
+    format: str = option("ctranslate2", "the engine's model format", choices=("ctranslate2", "fairseq"))
     quantization: str = option("none", "weight type of the exported model: none keeps float32; int8 and int16 "
                                        "quantize the weights; float16/bfloat16 halve them (GPU engines); int8_float16: "
                                        "int8 weights, float16 activations", choices=QUANTIZATIONS)
@@ -56,6 +60,15 @@ def export(configs: dict) -> int:
         task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
         task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
     task = TASKS.get("translation").obj.setup_task(task_cfg)
+    if cfg.format == "fairseq":
+        from nmt_toolkit.export.fairseq_export import export as export_fairseq
+
+        if cfg.quantization != "none":
+            raise UsageError("--quantization applies to --format ctranslate2 only; fairseq checkpoints are float32")
+        record = export_fairseq(cfg.path, task, cfg.output_dir, cfg.overwrite)
+        logging.getLogger("nmt_toolkit.export").info("wrote %s (fairseq checkpoint, %s positions)",
+                                                      record["fairseq_checkpoint"], record["positions"])
+        return 0
     record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
     logging.getLogger("nmt_toolkit.export").info(
         "wrote %s (CTranslate2 %s, quantization %s, %d positions)", cfg.output_dir, record["ctranslate2_version"],

@@ -19,6 +19,7 @@ PROGRAMS = [  # (program, module, extra argv shown)
     ("nmt-average-checkpoints", "average_checkpoints", []),
     ("nmt-score", "score", []),
     ("nmt-export", "export", []),
+    ("nmt-convert", "convert", []),
 ]
 
 HEADER = """# Command-line reference

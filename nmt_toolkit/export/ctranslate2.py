@@ -59,13 +59,13 @@ def check_exportable(model, what: str) -> None:
     if type(model) is not TransformerModel:
         raise UsageError(f"{what}: a {type(model).__name__} cannot be exported to CTranslate2 (only the built-in "
                          f"transformer model: a plugin's layers have no CTranslate2 spec)")
+    from nmt_toolkit.export import nonstandard_head_dim
+
     cfg = model.cfg
-    even = cfg.embed_dim // cfg.attention_heads
-    for name in ("key_dim", "value_dim"):
-        value = getattr(cfg, name)
-        if value is not None and (value != even or cfg.embed_dim % cfg.attention_heads):
-            raise UsageError(f"{what}: --{name.replace('_', '-')} {value} cannot be exported: CTranslate2's attention "
-                             f"uses embed_dim / heads = {cfg.embed_dim} / {cfg.attention_heads} per head")
+    odd = nonstandard_head_dim(cfg)
+    if odd:
+        raise UsageError(f"{what}: --{odd[0].replace('_', '-')} {odd[1]} cannot be exported: CTranslate2's attention "
+                         f"uses embed_dim / heads = {cfg.embed_dim} / {cfg.attention_heads} per head")
     if cfg.activation_fn not in ("relu", "gelu"):
         raise UsageError(f"{what}: --activation-fn {cfg.activation_fn} has no CTranslate2 equivalent")
 

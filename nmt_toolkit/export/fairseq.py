@@ -19,6 +19,29 @@ import torch
 
 from nmt_toolkit.errors import NmtError
 
+#: fairseq's transformer architectures we import: each preset's values for options a checkpoint may lack
+#: (fairseq ≤ 0.9 stored only what the user typed plus what the preset filled at the time)
+_BASE = dict(encoder_embed_dim=512, encoder_ffn_embed_dim=2048, encoder_layers=6, encoder_attention_heads=8,
+             encoder_normalize_before=False, encoder_learned_pos=False, decoder_layers=6,
+             decoder_normalize_before=False, decoder_learned_pos=False, attention_dropout=0.0,
+             activation_dropout=0.0, activation_fn="relu", dropout=0.1, share_decoder_input_output_embed=False,
+             share_all_embeddings=False, no_scale_embedding=False, layernorm_embedding=False,
+             max_source_positions=1024, max_target_positions=1024)
+_BIG = dict(encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16, dropout=0.3)
+ARCHITECTURES = {
+    "transformer": {}, "transformer_wmt_en_de": {},
+    "transformer_iwslt_de_en": dict(encoder_ffn_embed_dim=1024, encoder_attention_heads=4),
+    "transformer_vaswani_wmt_en_de_big": _BIG,
+    "transformer_vaswani_wmt_en_fr_big": {**_BIG, "dropout": 0.1},
+    "transformer_wmt_en_de_big": {**_BIG, "attention_dropout": 0.1},
+    "transformer_wmt_en_de_big_t2t": {**_BIG, "attention_dropout": 0.1, "activation_dropout": 0.1,
+                                      "encoder_normalize_before": True, "decoder_normalize_before": True},
+}
+#: options that change the computation in ways our model does not have: refused by name when set
+_UNSUPPORTED = ("adaptive_softmax_cutoff", "adaptive_input", "no_token_positional_embeddings", "cross_self_attention",
+                "no_cross_attention", "tie_adaptive_weights", "merge_src_tgt_embed", "encoder_layers_to_keep",
+                "decoder_layers_to_keep", "checkpoint_activations_with_offload")
+
 _LAYER_NORMS = {"self_attn_layer_norm": "self_attn_res.norm", "encoder_attn_layer_norm": "encoder_attn_res.norm",
                 "final_layer_norm": "ffn_res.norm"}
 _IGNORED = re.compile(r"(^|\.)(version|_float_tensor)$|embed_positions\._float_tensor$")
@@ -37,6 +60,9 @@ def convert_state_dict(state: Mapping[str, torch.Tensor], padding_idx: int = 1) 
         return state[name]
 
     for side in ("encoder", "decoder"):
+        for part in ("weight", "bias"):
+            if f"{side}.layernorm_embedding.{part}" in state:
+                out[f"{side}.embed.layernorm.{part}"] = take(f"{side}.layernorm_embedding.{part}")
         if f"{side}.embed_tokens.weight" in state:
             out[f"{side}.embed.embed_tokens.weight"] = take(f"{side}.embed_tokens.weight")
         if f"{side}.embed_positions.weight" in state:  # learned positions (sinusoidal ones have no weights)
@@ -72,3 +98,113 @@ def convert_state_dict(state: Mapping[str, torch.Tensor], padding_idx: int = 1) 
         raise NmtError(f"fairseq weights that have no place in our transformer: {', '.join(left[:5])}"
                        + (f" and {len(left) - 5} more" if len(left) > 5 else ""))
     return out
+
+
+def model_args(checkpoint: dict, path: str = "checkpoint") -> dict:
+    """The model options of a fairseq checkpoint as a plain dict: ``cfg["model"]`` (0.10+) or ``args``
+    (≤ 0.9), completed with the architecture preset's values for options the file does not carry."""
+    cfg = checkpoint.get("cfg")
+    args = cfg.get("model") if isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) else None
+    if args is None and isinstance(checkpoint.get("args"), dict):
+        args = checkpoint["args"]
+    if args is None:
+        raise NmtError(f"{path}: a fairseq checkpoint without model options (neither cfg.model nor args)")
+    arch = args.get("arch") or args.get("_name")
+    if arch not in ARCHITECTURES:
+        raise NmtError(f"{path}: fairseq architecture {arch!r} is not supported (we import "
+                       f"{', '.join(sorted(ARCHITECTURES))})")
+    full = {**_BASE, **ARCHITECTURES[arch]}
+    for side in ("decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads"):
+        full[side] = full[side.replace("decoder", "encoder")]
+    full.update({k: v for k, v in args.items() if v is not None or k not in full})
+    if "relu_dropout" in args and "activation_dropout" not in args:
+        full["activation_dropout"] = args["relu_dropout"]
+    for side in ("decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads"):
+        if args.get(side) is None:
+            full[side] = full[side.replace("decoder", "encoder")]
+    return full
+
+
+def transformer_config(args: dict, path: str = "checkpoint"):
+    """Our :class:`TransformerConfig` for fairseq model options; a one-line error naming each option our
+    model cannot reproduce."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    def same(a: str, b: str):
+        if args.get(a) != args.get(b):
+            raise NmtError(f"{path}: fairseq option {a}={args.get(a)!r} differs from {b}={args.get(b)!r}; our "
+                           "transformer has one value for both")
+        return args.get(a)
+
+    for name in _UNSUPPORTED:
+        if args.get(name) not in (None, False, 0, "", []):
+            raise NmtError(f"{path}: fairseq option {name}={args[name]!r} is not supported")
+    for name in ("decoder_output_dim", "decoder_input_dim"):
+        if args.get(name) not in (None, args.get("decoder_embed_dim")):
+            raise NmtError(f"{path}: fairseq option {name}={args[name]!r} differs from decoder_embed_dim; not supported")
+    if args.get("activation_fn", "relu") not in ("relu", "gelu"):
+        raise NmtError(f"{path}: fairseq option activation_fn={args['activation_fn']!r} is not supported "
+                       "(relu or gelu)")
+    learned = same("encoder_learned_pos", "decoder_learned_pos")
+    if learned:
+        same("max_source_positions", "max_target_positions")
+    return TransformerConfig(
+        encoder_layers=int(args["encoder_layers"]), decoder_layers=int(args["decoder_layers"]),
+        embed_dim=int(same("encoder_embed_dim", "decoder_embed_dim")),
+        ffn_embed_dim=int(same("encoder_ffn_embed_dim", "decoder_ffn_embed_dim")),
+        attention_heads=int(same("encoder_attention_heads", "decoder_attention_heads")),
+        dropout=float(args["dropout"]), attention_dropout=float(args["attention_dropout"] or 0.0),
+        activation_dropout=float(args["activation_dropout"] or 0.0), activation_fn=args.get("activation_fn") or "relu",
+        normalize_before=bool(same("encoder_normalize_before", "decoder_normalize_before")),
+        positional_embeddings="learned" if learned else "sinusoidal", sinusoid_layout="fairseq",
+        max_positions=int(args["max_source_positions"]) if learned else 1024,
+        share_all_embeddings=bool(args["share_all_embeddings"]),
+        share_decoder_input_output_embed=bool(args["share_decoder_input_output_embed"]),
+        no_scale_embedding=bool(args["no_scale_embedding"]), layernorm_embedding=bool(args["layernorm_embedding"]))
+
+
+def is_fairseq_checkpoint(state: dict) -> bool:
+    return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state) and "config" not in state
+
+
+def load_checkpoint(path: str) -> dict:
+    """A fairseq checkpoint read safely (:mod:`.fairseq_pickle`) and converted to one of ours: ``model`` (our
+    parameter names), ``config`` (``components.model = transformer`` and the model options), ``version``."""
+    from dataclasses import asdict
+
+    from nmt_toolkit.export import fairseq_pickle
+    from nmt_toolkit.training.checkpoints import VERSION
+
+    state = fairseq_pickle.load(path)
+    if not is_fairseq_checkpoint(state):
+        raise NmtError(f"{path}: not a fairseq checkpoint (no model with cfg or args)")
+    args = model_args(state, path)
+    cfg = transformer_config(args, path)
+    pad = int(args.get("pad", 1) if isinstance(args.get("pad", 1), int) else 1)
+    weights = convert_state_dict(state["model"], pad)
+    return {"model": weights, "version": VERSION,
+            "config": {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
+                       "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path,
+                                                               "arch": args.get("arch")}}}
+
+
+def load_any_checkpoint(path: str) -> dict:
+    """One of our checkpoints, or a fairseq checkpoint converted on the fly (``nmt-generate --path``
+    accepts both). A file that is neither keeps our loader's error; a pickle naming a class that a
+    checkpoint never holds (a planted ``__reduce__``) is refused by name."""
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.export import fairseq_pickle
+    from nmt_toolkit.training.checkpoints import load_checkpoint as load_ours
+
+    try:
+        return load_ours(path)
+    except DataError as ours:
+        try:
+            state = fairseq_pickle.load(path)
+        except DataError as theirs:
+            if "refusing to load" in str(theirs):
+                raise theirs from None
+            raise ours from None
+        if not is_fairseq_checkpoint(state):
+            raise ours from None
+    return load_checkpoint(path)

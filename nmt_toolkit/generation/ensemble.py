@@ -132,11 +132,11 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
     """
     from nmt_toolkit.errors import DataError
     from nmt_toolkit.models import build_model_from_config_dict
-    from nmt_toolkit.training.checkpoints import load_checkpoint
+    from nmt_toolkit.export.fairseq import load_any_checkpoint
 
     models, configs = [], []
     for path in paths:
-        state = load_checkpoint(path)
+        state = load_any_checkpoint(path)  # ours, or fairseq's converted on the fly
         config = state["config"]
         if not isinstance(config, dict) or not isinstance(config.get("components"), dict) \
                 or "model" not in config["components"]:

@@ -55,6 +55,8 @@ class TransformerConfig:
     share_decoder_input_output_embed: bool = option(False, "tie the decoder input embeddings and the "
                                                            "pre-softmax weights")
     no_scale_embedding: bool = option(False, "do not multiply embeddings by sqrt(d_model)")
+    layernorm_embedding: bool = option(False, "LayerNorm on embeddings + positions before dropout (fairseq's "
+                                              "--layernorm-embedding; not in the paper)")
 
     def validate(self) -> None:
         for name in ("encoder_layers", "decoder_layers", "embed_dim", "ffn_embed_dim", "attention_heads",
@@ -104,6 +106,7 @@ class _Embedder(nn.Module):
         self.embed_scale = 1.0 if cfg.no_scale_embedding else math.sqrt(cfg.embed_dim)
         self.embed_positions = build_positional_embedding(cfg.positional_embeddings, cfg.embed_dim,
                                                           cfg.max_positions, cfg.sinusoid_layout)
+        self.layernorm = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm_embedding else None
         self.dropout = cfg.dropout
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -111,6 +114,8 @@ class _Embedder(nn.Module):
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
         x = x + self.embed_positions(tokens.size(1), offset, dtype=x.dtype)
+        if self.layernorm is not None:
+            x = self.layernorm(x)
         return F.dropout(x, self.dropout, self.training) if self.training and self.dropout > 0 else x
 
 

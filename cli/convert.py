@@ -1,0 +1,91 @@
+"""nmt-convert: a fairseq checkpoint → one of ours, to fine-tune with nmt-train or keep.
+
+\b
+    nmt-convert --from fairseq --path wmt16.en-de.joined-dict.transformer/model.pt --output ck/imported.pt
+    nmt-train data-bin/wmt16 --restore-file ck/imported.pt --reset-optimizer --reset-lr-scheduler \\
+        --reset-dataloader --reset-meters <the model flags nmt-convert prints> ...
+
+The checkpoint is read without fairseq and without running pickled code (a restricted unpickler: tensors,
+containers, argparse.Namespace and omegaconf trees only). The model options are taken from the file's
+``cfg.model`` or ``args``; options our transformer cannot reproduce are refused by name. nmt-generate
+reads fairseq checkpoints directly too (--path model.pt). See docs/migrating-from-fairseq.md.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from typing import Optional
+
+from nmt_toolkit.config import CommonConfig, Group, build_command, option
+
+
+@dataclass
+class ConvertConfig:
+    """Which checkpoint to convert, from which format, and where to write ours."""
+
+    from_format: str = option("fairseq", "the checkpoint's format", choices=("fairseq",), flag="--from")
+    path: Optional[str] = option(None, "the checkpoint to convert", metavar="FILE")
+    output: Optional[str] = option(None, "our checkpoint to write (atomically; an existing file is replaced only "
+                                         "with --overwrite)", metavar="FILE")
+    overwrite: bool = option(False, "replace --output if it exists")
+
+
+def model_flags(model_cfg: dict) -> list[str]:
+    """The nmt-train flags that rebuild this model with `--arch transformer_base` (whose preset is the
+    dataclass defaults): every field that differs from them."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    flags = []
+    for f in fields(TransformerConfig):
+        value, default = model_cfg.get(f.name), f.default
+        if value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "")
+        else:
+            flags += [flag, str(value)]
+    return [f for f in flags if f]
+
+
+def convert(configs: dict) -> int:
+    import logging
+    import os
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.fairseq import load_checkpoint
+    from nmt_toolkit.training.checkpoints import save_checkpoint
+
+    cfg: ConvertConfig = configs["convert"]
+    if not cfg.path or not cfg.output:
+        raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
+    if os.path.exists(cfg.output) and not cfg.overwrite:
+        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
+    state = load_checkpoint(cfg.path)
+    save_checkpoint(state, cfg.output)
+    flags = " ".join(["--arch", "transformer_base", *model_flags(state["config"]["model"])])
+    logging.getLogger("nmt_toolkit.convert").info("wrote %s; nmt-train rebuilds this model with: %s", cfg.output, flags)
+    print(flags)
+    return 0
+
+
+def groups():
+    return [Group("common", CommonConfig), Group("convert", ConvertConfig, "conversion options")]
+
+
+def run(argv=None, prog: str = "nmt-convert") -> int:
+    from nmt_toolkit.cli.common import load_plugins, run_cli
+
+    def make(args):
+        load_plugins(args)
+        return build_command(prog, groups(), convert, help=__doc__)
+
+    return run_cli(prog, make, argv)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
