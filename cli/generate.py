@@ -88,7 +88,8 @@ def _ctranslate2_setup(configs: dict, task, device):
                                   extra)
     if lacking:
         raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
-    generator = CTranslate2Generator(gen.path, task, gen, device.type, io.threads or 0, seed=configs["common"].seed)
+    generator = CTranslate2Generator(gen.path, task, gen, device.type, io.threads or 0, seed=configs["common"].seed,
+                                     scores=not getattr(io, "quiet", False))
     gen.check_model_limit(generator.model.max_positions()[1])
     return generator
 

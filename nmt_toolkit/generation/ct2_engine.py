@@ -18,7 +18,8 @@ the end token — fairseq's style, our ``--lenpen-style fairseq`` (checked: the 
 scores on Multi30k, tests/test_ctranslate2.py) — and stops a sentence once ``--beam`` hypotheses have
 finished, our ``--early-stop beam``. The paper's GNMT penalty and the exact ``bound`` rule do not exist
 there: those settings are refused rather than silently changed. Scores printed (H-, P-) are the target's
-log-probabilities from CTranslate2's ``score_batch``, normalised as the torch engine does.
+log-probabilities from CTranslate2's ``score_batch``, normalised as the torch engine does; with
+nmt-generate's ``--quiet`` (no score printed) that second pass is skipped.
 
 Options CTranslate2 lacks are one error line naming them: ``--unkpen`` (it can only forbid ``<unk>``),
 ``--temperature`` without ``--sampling``, ``--print-alignment`` and ``--attention-plot`` (it returns one
@@ -75,9 +76,11 @@ class _Positions:
 class CTranslate2Generator:
     """Decoding through ``ctranslate2.Translator`` (see the module docstring)."""
 
-    def __init__(self, path: str, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None):
+    def __init__(self, path: str, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None,
+                 scores: bool = True):
         ct2 = require_ctranslate2()
         self.gen, self.src_dict, self.tgt_dict = gen, task.src_dict, task.tgt_dict
+        self.scores = scores  # False (nmt-generate --quiet prints no scores): no score_batch pass
         self.eos, self.pad = self.tgt_dict.eos(), self.tgt_dict.pad()
         self._tmp = None
         if os.path.isdir(path):
@@ -157,7 +160,7 @@ class CTranslate2Generator:
                         for row in prefix_tokens.cpu().tolist()]
         options = dict(beam_size=gen.beam, num_hypotheses=gen.nbest, length_penalty=gen.lenpen,
                        no_repeat_ngram_size=gen.no_repeat_ngram_size, min_decoding_length=gen.min_len,
-                       max_input_length=rows)
+                       max_input_length=rows, return_scores=True)
         if gen.sampling:
             options.update(beam_size=1, sampling_topk=0 if gen.sampling_topk < 1 else gen.sampling_topk,
                            sampling_topp=1.0 if gen.sampling_topp <= 0 else gen.sampling_topp,
@@ -168,13 +171,19 @@ class CTranslate2Generator:
             results = self.translator.translate_batch(
                 [sources[i] for i in idx], target_prefix=None if prefixes is None else [prefixes[i] for i in idx],
                 max_decoding_length=limit, **options)
-            pairs = [(i, hyp) for i, result in zip(idx, results) for hyp in result.hypotheses]
-            scored = self.translator.score_batch([sources[i] for i, _ in pairs], [hyp for _, hyp in pairs],
-                                                 max_input_length=rows)
-            for (i, hyp), score in zip(pairs, scored):
-                if out[i] is None:
-                    out[i] = []
-                out[i].append(self._hypothesis(self._ids(hyp), score.log_probs))
+            pairs = [(i, hyp, score) for i, result in zip(idx, results)
+                     for hyp, score in zip(result.hypotheses, result.scores)]
+            if self.scores:
+                scored = self.translator.score_batch([sources[i] for i, _, _ in pairs], [h for _, h, _ in pairs],
+                                                     max_input_length=rows)
+            for k, (i, hyp, score) in enumerate(pairs):
+                ids = self._ids(hyp)
+                if self.scores:
+                    hypothesis = self._hypothesis(ids, scored[k].log_probs)
+                else:  # CTranslate2's own search score; per-token scores are not computed (not printed)
+                    hypothesis = {"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
+                                  "attention": None, "alignment": None}
+                out[i] = (out[i] or []) + [hypothesis]
         for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
             hyps.sort(key=lambda h: -h["score"])
         return out
