@@ -18,7 +18,9 @@ Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
 scores are natural logs here (the printers divide by ln 2).
 
 Length limits. At most ``max_len = min(a * src_len + b, max_target_positions - 1)`` tokens before the
-EOS, per sentence; EOS is forced at step ``max_len`` and forbidden before step ``min_len``.
+EOS, per sentence (``src_len`` is the sentence's own length, EOS included, or with ``max_len_source="batch"`` the
+longest of its batch, as fairseq-generate counts); EOS is forced at step ``max_len`` and forbidden before
+step ``min_len``.
 
 Early stopping (``early_stop="bound"``, the rule of tensor2tensor's beam search, which the paper used): a
 sentence is done when no active hypothesis can still beat the finished ones it returns, i.e. the
@@ -110,7 +112,8 @@ class SequenceGenerator:
                  max_len_a: float = 1.0, max_len_b: int = 50, min_len: int = 1, lenpen: float = 0.6,
                  lenpen_style: str = "gnmt", unkpen: float = 0.0, nbest: int = 1, no_repeat_ngram_size: int = 0,
                  early_stop: str = "bound", sampling: bool = False, sampling_topk: int = -1,
-                 sampling_topp: float = -1.0, temperature: float = 1.0, seed: Optional[int] = None):
+                 sampling_topp: float = -1.0, temperature: float = 1.0, seed: Optional[int] = None,
+                 max_len_source: str = "sentence"):
         if isinstance(models, torch.nn.Module) and not isinstance(models, EnsembleModel):
             models = [models]
         self.model = models if isinstance(models, EnsembleModel) else EnsembleModel(list(models))
@@ -119,6 +122,9 @@ class SequenceGenerator:
         self.vocab_size = len(tgt_dict)
         self.beam_size, self.nbest = beam_size, nbest
         self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
+        if max_len_source not in ("sentence", "batch"):
+            raise ValueError(f"unknown max_len_source {max_len_source!r} (choices: sentence, batch)")
+        self.max_len_source = max_len_source
         self.lenpen, self.lenpen_style, self.unkpen = lenpen, lenpen_style, unkpen
         self.no_repeat_ngram_size = no_repeat_ngram_size
         if early_stop not in ("bound", "beam", "never"):
@@ -141,7 +147,8 @@ class SequenceGenerator:
                    min_len=cfg.min_len, lenpen=cfg.lenpen, lenpen_style=cfg.lenpen_style, unkpen=cfg.unkpen,
                    nbest=cfg.nbest, no_repeat_ngram_size=cfg.no_repeat_ngram_size, early_stop=cfg.early_stop,
                    sampling=cfg.sampling, sampling_topk=cfg.sampling_topk, sampling_topp=cfg.sampling_topp,
-                   temperature=cfg.temperature, seed=seed)
+                   temperature=cfg.temperature, seed=seed,
+                   max_len_source=getattr(cfg, "max_len_source", "sentence"))
 
     def _device(self) -> torch.device:
         p = next(self.model.parameters(), None)
@@ -165,7 +172,10 @@ class SequenceGenerator:
         bsz, src_len = src_tokens.shape
         dev = src_tokens.device
         max_tgt = model.max_positions()[1]
-        max_len = (self.max_len_a * src_lengths.double() + self.max_len_b).long()
+        basis = src_lengths.double()
+        if self.max_len_source == "batch":  # fairseq: the padded width of the batch, for every sentence
+            basis = basis.max().expand_as(basis)
+        max_len = (self.max_len_a * basis + self.max_len_b).long()
         max_len = max_len.clamp(min=max(self.min_len, 1), max=max(max_tgt - 1, 1)).to(dev)
         steps = int(max_len.max())
 

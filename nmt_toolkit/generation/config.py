@@ -21,6 +21,10 @@ class GenerationConfig:
                                choices=("gnmt", "fairseq"))
     max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)")
     max_len_b: int = option(50, "see --max-len-a (parsing uses 300)")
+    max_len_source: str = option("sentence", "the source length in --max-len-a: each sentence's own, or the "
+                                             "longest of its batch (fairseq-generate's rule; with --lenpen-style "
+                                             "fairseq --early-stop beam it reproduces fairseq's hypotheses)",
+                                 choices=("sentence", "batch"))
     min_len: int = option(1, "minimum output length (EOS excluded)")
     unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it)")
     no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)")

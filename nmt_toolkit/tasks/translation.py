@@ -200,8 +200,8 @@ class TranslationTask:
 
     # ------------------------------------------------------------------ batching
     def _batches(self, dataset, max_tokens, max_sentences, seed, required_batch_size_multiple, max_positions,
-                 strict: bool) -> list:
-        indices = dataset.ordered_indices(shuffle=True, seed=seed)
+                 strict: bool, shuffle_ties: bool = True) -> list:
+        indices = dataset.ordered_indices(shuffle=shuffle_ties, seed=seed)
         if max_positions is None:
             max_positions = self.max_positions()
         indices, dropped = dataset.filter_by_size(indices, max_positions)
@@ -240,10 +240,13 @@ class TranslationTask:
             required_batch_size_multiple = self.cfg.required_batch_size_multiple
         strict = split not in (None, "train") and not split.startswith("train") and \
             not self.cfg.skip_invalid_size_inputs_valid_test
+        # pairs of equal lengths are batched in a seeded random order, except in the test split, where they
+        # keep their order in the file: fairseq's rule, so that nmt-generate forms fairseq-generate's batches
+        shuffle_ties = split != "test"
 
         def batches_for(ds):
             return self._batches(ds, max_tokens, max_sentences, seed, required_batch_size_multiple,
-                                 max_positions, strict)
+                                 max_positions, strict, shuffle_ties)
 
         reload = None
         if split is not None and self.cfg.data and self.split_folder(split) != self.cfg.data and self.num_shards(split) > 1:
