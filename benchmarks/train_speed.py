@@ -27,11 +27,20 @@ from nmt_toolkit.models.summary import build_for_dry_run
 from nmt_toolkit.models.transformer import TransformerConfig
 from nmt_toolkit.optim.lr_schedulers import InverseSqrtConfig, InverseSqrtSchedule
 from nmt_toolkit.optim.optimizers import AdamConfig, build_adam
-from nmt_toolkit.training.train_loop import matmul_gflops
 from nmt_toolkit.training.trainer import Trainer
 
 CONFIGS = {"small": "transformer_small", "base": "transformer_base"}
 
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 8) -> float:
+    """fp32 matrix-multiply rate of this machine, printed beside the run as a reference for its speed."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, b)
+    return 2 * n ** 3 * repeats / (time.perf_counter() - t) / 1e9
 
 def batch(vocab: int, max_tokens: int, length: int, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)

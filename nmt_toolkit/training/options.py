@@ -95,6 +95,8 @@ class LoggingConfig:
     log_format: str = option("simple", "progress format on stderr", choices=["tqdm", "simple", "json", "none"])
     log_interval: int = option(100, "log training statistics every N updates")
     tensorboard_logdir: Optional[str] = option(None, "also write TensorBoard scalars here (needs tensorboard)")
+    peak_tflops: Optional[float] = option(None, "dense matrix peak (TFLOP/s per device) for the logged mfu; default: "
+                                          "a table of known GPUs, else a timed 8192^3 product; no mfu on CPU")
     dry_run: bool = option(False, "build the model, print its summary (parameters, FLOPs) and exit")
     vocab_size: Optional[int] = option(None, "with --dry-run and no data folder: a shared vocabulary of V symbols")
     no_progress_bar: bool = option(False, "same as --log-format simple")

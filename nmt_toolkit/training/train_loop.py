@@ -23,6 +23,7 @@ from nmt_toolkit.errors import NmtError
 from nmt_toolkit.models import build_model
 from nmt_toolkit.optim import build_lr_scheduler, build_optimizer, default_lr
 from nmt_toolkit.registry import TASKS
+from nmt_toolkit.training.efficiency import mfu, peak_tflops
 from nmt_toolkit.training import checkpoints as ckpt_io
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.progress import Meter, ProgressLogger
@@ -37,21 +38,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def matmul_gflops(n: int = 1024, repeats: int = 8, device: Optional[torch.device] = None) -> float:
-    """fp32 matrix-multiply rate of this machine (the reference for the MFU-style efficiency)."""
-    device = device or torch.device("cpu")
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    torch.mm(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(repeats):
-        torch.mm(a, b)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return 2 * n ** 3 * repeats / (time.perf_counter() - t) / 1e9
 
 
 class _StopFlag:
@@ -252,7 +238,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     wall_before = float(train_state.get("wall", 0.0))
     start = time.perf_counter()
     last_save_time = time.perf_counter()
-    mm_rate = matmul_gflops(device=device) if info.is_master else 0.0
+    peak = peak_tflops(device, precision_of(prec), lg.peak_tflops) if info.is_master else None
 
     def wall() -> float:
         return wall_before + time.perf_counter() - start
@@ -359,8 +345,9 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             flops = 3 * model.flops_per_target_token(max(int(tok_len), 1), max(int(tok_len), 1))
             gflops = flops * wps / 1e9
             out["gflops"] = gflops
-            if mm_rate > 0:
-                out["mfu"] = gflops / (mm_rate * info.world_size)
+            ratio = mfu(gflops, peak, info.world_size)
+            if ratio is not None:
+                out["mfu"] = ratio
         except Exception:  # a plugin model without flops_per_target_token
             pass
         out["wall"] = wall()
