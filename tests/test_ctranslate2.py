@@ -93,6 +93,8 @@ def test_engine_names_the_options_it_lacks():
     lacking = unsupported_options(GenerationConfig(unkpen=2.0), need_attn=True)
     assert [x.split(" (")[0] for x in lacking] == ["--lenpen-style gnmt", "--early-stop bound", "--unkpen",
                                                      "--print-alignment/--attention-plot"]
+    lacking = unsupported_options(GenerationConfig(lenpen_style="fairseq", early_stop="beam", max_len_source="batch"))
+    assert [x.split(" (")[0] for x in lacking] == ["--max-len-source batch"]
 
 
 # ---------------------------------------------------------------------- a model trained on Multi30k

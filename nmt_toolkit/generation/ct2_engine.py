@@ -52,6 +52,8 @@ def unsupported_options(gen, need_attn: bool = False, extra: tuple = ()) -> list
                        f"use --early-stop beam)")
     if gen.unkpen:
         lacking.append("--unkpen")
+    if getattr(gen, "max_len_source", "sentence") != "sentence":
+        lacking.append("--max-len-source batch (the engine limits each sentence by its own length)")
     if gen.temperature != 1.0 and not gen.sampling:
         lacking.append("--temperature without --sampling")
     if gen.sampling and gen.beam != 1:
