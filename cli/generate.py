@@ -49,6 +49,9 @@ class GenerateIOConfig(DecodeDeviceConfig):
     results_path: Optional[str] = option(None, "write the lines to FOLDER/generate-<subset>.txt instead of stdout",
                                          metavar="FOLDER")
     quiet: bool = option(False, "print only the final score line")
+    num_shards: int = option(1, "decode only every N-th batch (with --shard-id): one process per shard, e.g. per GPU; "
+                                "under torchrun the ranks are the shards. Merge: cat the outputs, grep ^D- | sort -V")
+    shard_id: int = option(0, "which of the --num-shards shards this process decodes (0 .. N-1)")
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
@@ -215,6 +218,7 @@ def generate(configs: dict) -> int:
 
     gen: GenerationConfig = configs["generation"]
     io: GenerateIOConfig = configs["io"]
+    _shard_from_torchrun(io)
     if io.attention_plot:
         try:
             import matplotlib  # noqa: F401
@@ -244,14 +248,18 @@ def generate(configs: dict) -> int:
         dataset = task.load_dataset(io.gen_subset)
         subset = io.gen_subset
     itr = task.get_batch_iterator(dataset, required_batch_size_multiple=1,
-                                  max_positions=(min(task_max(task, 0), max_src), None),
-                                  shuffle=False).next_epoch_itr(shuffle=False)
+                                  max_positions=(min(task_max(task, 0), max_src), None), shuffle=False,
+                                  num_shards=io.num_shards, shard_id=io.shard_id).next_epoch_itr(shuffle=False)
+    if io.num_shards > 1:
+        itr = _WithoutFillers(itr)
     out_handle = sys.stdout
     if io.results_path:
         os.makedirs(io.results_path, exist_ok=True)
         from nmt_toolkit.cli.common import ReplacingFile
 
-        out_handle = ReplacingFile(os.path.join(io.results_path, f"generate-{subset}.txt"))  # old file kept on error
+        name = f"generate-{subset}.txt" if io.num_shards == 1 else \
+            f"generate-{subset}.shard{io.shard_id}-of-{io.num_shards}.txt"
+        out_handle = ReplacingFile(os.path.join(io.results_path, name))  # old file kept on error
     printer = OrderedPrinter(None if io.quiet else out_handle)
     need_attn = io.print_alignment
     h_bpe = _h_bpe_symbol(io, task)
@@ -295,7 +303,10 @@ def generate(configs: dict) -> int:
 
         plot_attention(generator.model.models[0], plots, task.src_dict, task.tgt_dict, io.attention_plot,
                        io.attention_plot_kind, io.attention_plot_layer, io.attention_plot_head)
-    if refs_by_id:
+    if refs_by_id and io.num_shards > 1:  # a shard's BLEU is not the test set's: score the merged output
+        logger.info("shard %d of %d: no BLEU printed; merge the shards (grep ^D- | sort -V) and run nmt-score",
+                    io.shard_id, io.num_shards)
+    elif refs_by_id:
         from nmt_toolkit.scoring.bleu import corpus_scores
 
         ids = sorted(refs_by_id)
@@ -305,6 +316,37 @@ def generate(configs: dict) -> int:
     if out_handle is not sys.stdout:
         out_handle.close()
     return 0
+
+
+class _WithoutFillers:
+    """A shard's batches without the empty fillers that even out the shards' lengths (training needs them
+    so that every rank joins each all-reduce; decoding has nothing to join)."""
+
+    def __init__(self, itr):
+        self.itr = itr
+
+    def __iter__(self):
+        return (sample for sample in self.itr if sample)
+
+    def __len__(self) -> int:
+        return len(self.itr)
+
+
+def _shard_from_torchrun(io: GenerateIOConfig) -> None:
+    """Check --num-shards/--shard-id; under torchrun (WORLD_SIZE > 1) each rank is a shard and decodes on
+    its own GPU (LOCAL_RANK), unless the shards were given explicitly."""
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and io.num_shards == 1:
+        io.num_shards, io.shard_id = world, int(os.environ.get("RANK", "0"))
+        if torch.cuda.is_available() and not io.cpu and io.device != "cpu":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if io.num_shards < 1:
+        raise UsageError(f"--num-shards must be at least 1, got {io.num_shards}")
+    if not 0 <= io.shard_id < io.num_shards:
+        raise UsageError(f"--shard-id {io.shard_id} is out of range for --num-shards {io.num_shards} "
+                         f"(0 .. {io.num_shards - 1})")
 
 
 def task_max(task, side: int) -> int:
