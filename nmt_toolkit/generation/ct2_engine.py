@@ -10,7 +10,8 @@ How the options map (CTranslate2 4.8's ``Translator.translate_batch``): ``--beam
 ``--nbest`` → ``num_hypotheses``, ``--lenpen`` → ``length_penalty``, ``--no-repeat-ngram-size`` → the same,
 ``--prefix-size`` → ``target_prefix``, ``--min-len`` → ``min_decoding_length``, ``--max-len-a/b`` → one
 ``max_decoding_length`` per group of sentences that share the limit ``a * |source| + b`` (CTranslate2 takes
-one limit per call), ``--sampling`` → random sampling (``sampling_topk``, ``sampling_topp``,
+one limit per call; a sentence that reaches its limit is decoded again for its whole final beam, ranked with
+the end token the torch engine forces there), ``--sampling`` → random sampling (``sampling_topk``, ``sampling_topp``,
 ``sampling_temperature``; one sample per sentence, so ``--beam 1``), ``--score-reference`` → ``score_batch``.
 
 Length penalty. CTranslate2 ranks a finished hypothesis by ``sum(log p) / |Y|^alpha`` with ``|Y|`` counting
@@ -186,9 +187,26 @@ class CTranslate2Generator:
                     hypothesis = {"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
                                   "attention": None, "alignment": None}
                 out[i] = (out[i] or []) + [hypothesis]
+        cut = [i for i, hyps in enumerate(out) if any(len(h["tokens"]) > limits[i] for h in hyps)]
+        if cut and not gen.sampling:
+            self._rerank_at_the_limit(cut, sources, limits, prefixes, options, out)
         for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
             hyps.sort(key=lambda h: -h["score"])
         return out
+
+    def _rerank_at_the_limit(self, cut, sources, limits, prefixes, options, out) -> None:
+        """Sentences whose hypotheses reached their length limit: CTranslate2 ranks those cut-off hypotheses
+        without the end token the torch engine forces there (and scores). Their whole final beam is taken and
+        ranked by the scores with the end token, as the torch engine ranks it."""
+        gen = self.gen
+        for i in cut:
+            result = self.translator.translate_batch(
+                [sources[i]], target_prefix=None if prefixes is None else [prefixes[i]],
+                max_decoding_length=limits[i], **{**options, "num_hypotheses": gen.beam})[0]
+            scored = self.translator.score_batch([sources[i]] * len(result.hypotheses), result.hypotheses,
+                                                 max_input_length=self.model.rows)
+            hyps = [self._hypothesis(self._ids(h), s.log_probs) for h, s in zip(result.hypotheses, scored)]
+            out[i] = sorted(hyps, key=lambda h: -h["score"])[: gen.nbest]
 
     def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
                         need_attn: bool = False) -> list[list[dict]]:
