@@ -90,15 +90,17 @@ def _child(tiny_bin, save_dir, kill_at="", delay=None, preexec=None):
     cmd = [sys.executable, "-c", CHILD, tiny_bin, *FLAGS, "--max-update", str(MAX_UPDATE), "--save-dir", str(save_dir)]
     p = subprocess.Popen(cmd, env={**_env(), "KILL_AT": kill_at}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True, preexec_fn=preexec)
-    lines, first_save = [], None
+    lines, first_save, done = [], None, None
     for line in p.stderr:
         lines.append(line)
         if first_save is None and " saved " in line:
             first_save = time.perf_counter()
             if delay is not None:
                 threading.Timer(delay, p.send_signal, (signal.SIGKILL,)).start()  # no-op once it has ended
+        if done is None and "done training" in line:
+            done = time.perf_counter()
     rc = p.wait(timeout=240)
-    return rc, "".join(lines), time.perf_counter() - (first_save or time.perf_counter())
+    return rc, "".join(lines), (done or time.perf_counter()) - (first_save or time.perf_counter())
 
 
 def _temp_files(folder):
@@ -125,9 +127,10 @@ def _resume_and_compare(tiny_bin, save_dir, reference):
 # The atomic writes of the run: 1 config.yaml; update 1: 2 checkpoint_1_1.pt (torch.save), 3 checkpoint_last.pt
 # (a copy); update 2: 4, 5; update 3: 6, 7; update 4 validates: 8 checkpoint_1_4.pt, 9 checkpoint_best.pt,
 # 10 checkpoint.best_loss_*.pt, 11 checkpoint_last.pt; update 5: 12, 13 (then pruning). So: inside a torch.save,
-# inside a copy to best, inside a copy to last, between the first name and its copies, between a save and pruning.
+# inside a copy to best, inside a copy to last, between the first name and its copies, between a save and pruning,
+# and right after the save of a validation with a new best (the resume starts at update 4).
 @pytest.mark.parametrize("kill_at, half_written", [("4:mid", "checkpoint_1_2.pt"), ("9:mid", "checkpoint_best.pt"),
-                                                   ("11:mid", "checkpoint_last.pt"), ("8:after", None),
+                                                   ("11:mid", "checkpoint_last.pt"), ("8:after", None), ("11:after", None),
                                                    ("13:after", None)])
 def test_kill_inside_a_save_then_resume_is_exact(tiny_bin, reference, tmp_path, kill_at, half_written):
     rc, err, _ = _child(tiny_bin, tmp_path, kill_at=kill_at)
@@ -140,7 +143,7 @@ def test_kill_inside_a_save_then_resume_is_exact(tiny_bin, reference, tmp_path, 
 
 
 def test_kill_at_random_moments_then_resume_is_exact(tiny_bin, reference, tmp_path):
-    rc, err, train_s = _child(tiny_bin, tmp_path / "timing")  # how long training takes after its first save
+    rc, err, train_s = _child(tiny_bin, tmp_path / "timing")  # training time from its first save to its end
     assert rc == 0, err[-2000:]
     rng = random.Random(19)
     killed = 0
