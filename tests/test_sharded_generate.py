@@ -1,4 +1,8 @@
-"""nmt-generate --num-shards N --shard-id I: the shards' merged output is the unsharded output."""
+"""nmt-generate --num-shards N --shard-id I: the shards' merged output is the unsharded output.
+
+Every run decodes one batch at a time (``--decode-workers 1``): the unsharded split has enough batches for two
+one-thread decode workers while a shard of it has not, and a batch decoded on one intra-op thread can differ
+from the same batch on two in the last float digits of its scores (the matrix products sum in another order)."""
 import pathlib
 
 import pytest
@@ -7,7 +11,8 @@ from nmt_toolkit.cli.generate import run as generate
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "fairseq"
 ARGS = [str(FIX / "data-bin"), "--path", str(FIX / "postnorm" / "model.pt"), "--gen-subset", "test", "--beam", "4",
-        "--batch-size", "8"]
+        "--batch-size", "8",
+        "--decode-workers", "1"]
 
 
 def blocks(text: str) -> dict[int, list[str]]:

@@ -146,10 +146,13 @@ def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] =
     if info.world_size > 1:
         distributed.init_process_group(info, distributed.choose_backend(configs["distributed"].distributed_backend,
                                                                          device), configs["distributed"].distributed_timeout)
+    finished = False
     try:
-        return _train(configs, comp, opt, ck, prec, lg, device, info)
+        code = _train(configs, comp, opt, ck, prec, lg, device, info)
+        finished = True
+        return code
     finally:
-        distributed.destroy()
+        distributed.destroy(finished)
 
 
 def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
