@@ -122,6 +122,9 @@ def test_nll_loss_as_best_metric_is_the_logged_nll_loss(tiny_bin, tmp_path, caps
 
 @pytest.mark.parametrize("flags, code, message", [
     (["--max-tokens", "3"], 1, "train: no training batches: every pair was skipped as longer than --max-tokens 3"),
+    # the run: validation skips its long pairs too, so nothing else stops it (was: valid loss 0.000, exit 0)
+    (["--max-tokens", "3", "--skip-invalid-size-inputs-valid-test"], 1,
+     "train: no training batches: every pair was skipped as longer than --max-tokens 3"),
     (["--max-tokens", "0"], 2, "--max-tokens must be a positive number of tokens, got 0"),
     (["--max-tokens", "-5"], 2, "--max-tokens must be a positive number of tokens, got -5"),
     (["--batch-size", "0"], 2, "--batch-size must be at least 1, got 0"),
