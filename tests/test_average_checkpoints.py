@@ -100,3 +100,29 @@ def test_unwritable_output_and_user_dir_are_one_line_errors(tmp_path, capsys):
     _one_error_line(capsys, "plugin.py", "SyntaxError")
     assert not (tmp_path / "avg.pt").exists()
 
+
+
+def test_checkpoint_upper_bound_keeps_later_checkpoints_out(tmp_path, capsys):
+    """fairseq's rule: with --num-*-checkpoints N --checkpoint-upper-bound B, the last N numbered <= B are averaged
+    (B itself included); the average is the mean of exactly those files, worked out here from their tensors."""
+    models = {}
+    for e, u in ((1, 100), (1, 200), (2, 300), (2, 400), (3, 500)):
+        models[f"checkpoint_{e}_{u}.pt"] = _ck(tmp_path / f"checkpoint_{e}_{u}.pt", u)
+    for e in (1, 2, 3, 4):
+        models[f"checkpoint{e}.pt"] = _ck(tmp_path / f"checkpoint{e}.pt", 10 + e)
+    names = [p.rsplit("/", 1)[1] for p in select_checkpoints(str(tmp_path), num_update_checkpoints=2, upper_bound=300)]
+    assert names == ["checkpoint_1_200.pt", "checkpoint_2_300.pt"]
+    names = [p.rsplit("/", 1)[1] for p in select_checkpoints(str(tmp_path), num_epoch_checkpoints=2, upper_bound=3)]
+    assert names == ["checkpoint2.pt", "checkpoint3.pt"]
+    out = tmp_path / "avg.pt"
+    assert avg_cli.run(["--inputs", str(tmp_path), "--num-update-checkpoints", "3", "--checkpoint-upper-bound", "450",
+                        "--output", str(out)]) == 0
+    got = torch.load(out, weights_only=True)["model"]["enc.weight"]
+    want = sum(models[n]["enc.weight"].double() for n in ("checkpoint_1_200.pt", "checkpoint_2_300.pt",
+                                                          "checkpoint_2_400.pt")) / 3
+    assert torch.equal(got, want.float())
+    capsys.readouterr()
+    # fewer than N at or below the bound: an error that says so, not an average of fewer files
+    assert avg_cli.run(["--inputs", str(tmp_path), "--num-epoch-checkpoints", "3", "--checkpoint-upper-bound", "2",
+                        "--output", str(out)]) == 1
+    _one_error_line(capsys, "asked for the last 3 checkpoint<epoch>.pt files but found 2 (<= 2)")
