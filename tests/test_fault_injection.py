@@ -203,3 +203,51 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tiny_bin, referen
     assert _temp_files(tmp_path) == []
     assert {n: (tmp_path / n).read_bytes() for n in before} == before  # nothing already written is touched
     _resume_and_compare(tiny_bin, tmp_path, reference)
+
+
+def _preprocess(dest, prefix, preexec=None, *extra):
+    cmd = [sys.executable, "-m", "nmt_toolkit.cli.preprocess", "--source-lang", "xx", "--target-lang", "yy",
+           "--trainpref", str(prefix), "--validpref", str(prefix), "--destdir", str(dest), "--workers", "1",
+           "--no-progress-bar", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), preexec_fn=preexec, timeout=240)
+
+
+def _files(folder):
+    return {p: (folder / p).read_bytes() for p in sorted(os.listdir(folder))}
+
+
+def test_disk_full_during_binarization_leaves_the_folder_as_it_was(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE: EFBIG, what a full disk does to a writer) while nmt-preprocess binarizes:
+    one line naming --destdir, exit 1; a new --destdir is not created half-way, an existing one keeps every byte
+    (with --overwrite too), no staging or trash folder is left beside it, and the same command with room to write
+    succeeds and gives a loadable data-bin."""
+    from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+    rng = random.Random(19)
+    words = [f"w{i}" for i in range(50)]
+    for lang in ("xx", "yy"):  # ~60 KB per side: each .bin is larger than the limit below
+        (tmp_path / f"big.{lang}").write_text(
+            "".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(4000)))
+    limit = _limit_file_size(16 << 10)
+    dest = tmp_path / "bin"
+    for extra in ((), ("--overwrite",)):
+        before = _files(dest) if dest.exists() else None
+        p = _preprocess(dest, tmp_path / "big", limit, *extra)
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        assert p.returncode == 1 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        assert lines[0].startswith("nmt-preprocess: error: --destdir ") and "File too large" in lines[0], lines[0]
+        assert "was left as it was" in lines[0], lines[0]
+        if before is None:
+            assert not dest.exists()
+        else:
+            assert _files(dest) == before
+        assert sorted(os.listdir(tmp_path)) == ["big.xx", "big.yy"] + (["bin"] if before is not None else [])
+        if before is None:  # an earlier, smaller data-bin for the --overwrite round
+            (tmp_path / "small.xx").write_text("w1 w2\nw3\n")
+            (tmp_path / "small.yy").write_text("w2 w1\nw3\n")
+            assert _preprocess(dest, tmp_path / "small").returncode == 0
+            os.remove(tmp_path / "small.xx"), os.remove(tmp_path / "small.yy")
+    p = _preprocess(dest, tmp_path / "big", None, "--overwrite")
+    assert p.returncode == 0, p.stderr[-2000:]
+    task = TranslationTask.setup_task(TranslationConfig(data=str(dest)))
+    assert len(task.load_dataset("train")) == len(task.load_dataset("valid")) == 4000
