@@ -245,3 +245,24 @@ def test_results_path_keeps_the_previous_file_when_a_run_fails(setup_dir, capsys
     gc.collect()
     assert (folder / "generate-test.txt").read_text() == "the previous run's lines\n"
     assert sorted(p.name for p in folder.iterdir()) == ["generate-test.txt"]
+
+
+def test_prefix_size_forces_the_references_first_tokens(setup_dir, capsys):
+    """--prefix-size N: every hypothesis starts with the first N tokens of its binarized reference (read here from
+    the data-bin), also where the model alone starts otherwise; the P- scores cover the forced tokens too."""
+    from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset
+
+    root, data, ck = setup_dir
+    d = Dictionary.load(str(data / "dict.de.txt"))
+    refs = MMapIndexedDataset(str(data / "test.en-de.de"))
+    want = [[d[int(i)] for i in refs[k][:2]] for k in range(len(refs))]
+    argv = [data, "--path", ck, "--beam", "2", "--max-len-b", "6", "--decode-workers", "1"]
+    rc, free, err = _run(capsys, argv)
+    assert rc == 0, err
+    rc, out, err = _run(capsys, argv + ["--prefix-size", "2"])
+    assert rc == 0, err
+    hyps = [h.split() for h in _tagged(out, "H")]
+    assert len(hyps) == len(want) == 23
+    assert [h[:2] for h in hyps] == want
+    assert [h.split()[:2] for h in _tagged(free, "H")] != want  # the prefix changed what the model outputs
+    assert [len(p.split()) for p in _tagged(out, "P")] == [len(h) + 1 for h in hyps]
