@@ -1,4 +1,5 @@
-"""2 gloo processes == 1 process with --update-freq 2 (both launchers); a failing rank does not hang."""
+"""2 gloo processes == 1 process with --update-freq 2 (both launchers, resumes across world sizes, uneven shards
+at an epoch end); a failing rank does not hang."""
 import os
 import shutil
 import subprocess
@@ -97,6 +98,21 @@ def test_resume_under_ddp_and_with_a_changed_world_size(tiny_bin, tmp_path):
         assert got["train_state"]["num_updates"] == 6, folder
         assert got["train_state"]["iterator"]["iterations_in_epoch"] == iterations, folder
         assert max_diff(want["model"], got["model"]) <= 1e-5, folder
+
+
+
+def test_uneven_shards_reach_the_epoch_end_under_ddp(tiny_bin, tmp_path):
+    """--max-tokens 210 cuts an epoch into 15 batches: at the end of each epoch rank 1 has no batch of its own (it
+    takes part with an empty one), where 1 process with --update-freq 2 makes its last update of one batch. Two
+    epochs on 2 ranks end where that run ends, and past the epoch end both are in epoch 2 with 16 updates."""
+    two_epochs = [tiny_bin, *TINY, *NODROP, "--max-update", "0", "--max-epoch", "2", "--max-tokens", "210"]
+    assert train([*two_epochs, "--update-freq", "2", "--save-dir", str(tmp_path / "ref")]) == 0
+    want = load(tmp_path / "ref" / "checkpoint_last.pt")
+    assert (want["train_state"]["num_updates"], want["train_state"]["epoch"]) == (16, 2)  # 2 x ceil(15 / 2)
+    assert train([*two_epochs, "--distributed-world-size", "2", "--save-dir", str(tmp_path / "ddp")]) == 0
+    got = load(tmp_path / "ddp" / "checkpoint_last.pt")
+    assert (got["train_state"]["num_updates"], got["train_state"]["epoch"]) == (16, 2)
+    assert max_diff(want["model"], got["model"]) <= 1e-5
 
 
 def test_reshard_rule():
