@@ -198,8 +198,9 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tiny_bin, referen
     lines = err.strip().splitlines()
     assert rc == 1, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
+    # the log's tail on failure (seen once on a loaded machine, naming checkpoint_best.pt instead: keep the evidence)
     assert lines[-1].startswith("nmt-train: error: ") and lines[-1].endswith(
-        "checkpoint_1_4.pt: writing the checkpoint failed: File too large"), lines[-1]
+        "checkpoint_1_4.pt: writing the checkpoint failed: File too large"), err[-3000:]
     assert _temp_files(tmp_path) == []
     assert {n: (tmp_path / n).read_bytes() for n in before} == before  # nothing already written is touched
     _resume_and_compare(tiny_bin, tmp_path, reference)
