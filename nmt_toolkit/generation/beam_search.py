@@ -34,10 +34,14 @@ length) returns. Finished hypotheses are kept as the best ``beam`` seen (a bette
 worst). ``early_stop="beam"`` is fairseq's rule: done as soon as ``beam`` hypotheses have finished (it can
 miss a longer hypothesis that the length penalty would have preferred). Greedy decoding (``beam=1``) and
 sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop (argmax until EOS).
+
+On a GPU, ``static_search`` (``auto``: on CUDA, ``on``, ``off``) runs the same search with static shapes whose
+step is a CUDA graph (generation/static_search.py); what it does not support falls back to this one.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from typing import Any, Optional, Sequence
 
@@ -48,6 +52,7 @@ from nmt_toolkit.generation.sampling import sample_candidates
 from nmt_toolkit.modules.attention import sdpa_backends
 
 NEG_INF = float("-inf")
+logger = logging.getLogger("nmt_toolkit.generation")
 
 
 def length_penalty(length, alpha: float, style: str = "gnmt"):
@@ -113,7 +118,7 @@ class SequenceGenerator:
                  lenpen_style: str = "gnmt", unkpen: float = 0.0, nbest: int = 1, no_repeat_ngram_size: int = 0,
                  early_stop: str = "bound", sampling: bool = False, sampling_topk: int = -1,
                  sampling_topp: float = -1.0, temperature: float = 1.0, seed: Optional[int] = None,
-                 max_len_source: str = "sentence"):
+                 max_len_source: str = "sentence", static_search: str = "auto", static_check_interval: int = 4):
         if isinstance(models, torch.nn.Module) and not isinstance(models, EnsembleModel):
             models = [models]
         self.model = models if isinstance(models, EnsembleModel) else EnsembleModel(list(models))
@@ -139,6 +144,12 @@ class SequenceGenerator:
             self.generator = torch.Generator(device=self._device())
             self.generator.manual_seed(seed)
         length_penalty(1.0, lenpen, lenpen_style)  # validates the style
+        if static_search not in ("auto", "on", "off"):
+            raise ValueError(f"unknown static_search {static_search!r} (choices: auto, on, off)")
+        self.static_search, self._static = static_search, None
+        self.static_check_interval = static_check_interval
+        if static_search == "on":
+            self._static_for()  # options that rule it out are an error now, not at the first batch
 
     @classmethod
     def from_config(cls, models, tgt_dict, cfg: Any, seed: Optional[int] = None) -> "SequenceGenerator":
@@ -148,7 +159,9 @@ class SequenceGenerator:
                    nbest=cfg.nbest, no_repeat_ngram_size=cfg.no_repeat_ngram_size, early_stop=cfg.early_stop,
                    sampling=cfg.sampling, sampling_topk=cfg.sampling_topk, sampling_topp=cfg.sampling_topp,
                    temperature=cfg.temperature, seed=seed,
-                   max_len_source=getattr(cfg, "max_len_source", "sentence"))
+                   max_len_source=getattr(cfg, "max_len_source", "sentence"),
+                   static_search=getattr(cfg, "static_search", "auto"),
+                   static_check_interval=getattr(cfg, "static_check_interval", 4))
 
     def _device(self) -> torch.device:
         p = next(self.model.parameters(), None)
@@ -156,6 +169,31 @@ class SequenceGenerator:
 
     def lp(self, length):
         return length_penalty(length, self.lenpen, self.lenpen_style)
+
+    def _static_for(self, device: Optional[torch.device] = None, need_attn: bool = False, prefix_tokens=None):
+        """The static-shape search for this call, or None: ``auto`` takes it on CUDA when nothing rules it out;
+        ``on`` everywhere, and what rules it out is a usage error naming the option."""
+        if self.static_search == "off" or (self.static_search == "auto" and (device is None or device.type != "cuda")):
+            return None
+        from nmt_toolkit.generation.static_search import StaticBeamSearch, unsupported
+
+        reason = unsupported(self, need_attn, prefix_tokens)
+        if reason is not None:
+            if self.static_search == "on":
+                from nmt_toolkit.errors import UsageError
+
+                raise UsageError(f"--static-search on: the static-shape search does not support {reason}; "
+                                 f"use --static-search auto or off")
+            logger.debug("static-shape search off for this batch: %s is not supported", reason)
+            return None
+        if self._static is None:
+            self._static = StaticBeamSearch(self, self.static_check_interval)
+        return self._static
+
+    def release(self) -> None:
+        """Free the static-shape search's buffers and CUDA graphs (kept between batches of the same shape)."""
+        if self._static is not None:
+            self._static.release()
 
     # ------------------------------------------------------------------ search
     @_on_device_sdpa
@@ -168,6 +206,9 @@ class SequenceGenerator:
         "positional_scores": FloatTensor (ln p per token), "attention": FloatTensor [|Y|, src_len] or None,
         "alignment": LongTensor [|Y|-1] (argmax source position per token) or None}``.
         """
+        static = self._static_for(src_tokens.device, need_attn, prefix_tokens)
+        if static is not None:
+            return static.generate(src_tokens, src_lengths)
         model, k, eos, pad = self.model, self.beam_size, self.eos, self.pad
         bsz, src_len = src_tokens.shape
         dev = src_tokens.device

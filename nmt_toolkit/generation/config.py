@@ -39,6 +39,14 @@ class GenerationConfig:
     sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)")
     temperature: float = option(1.0, "divide the logits by this before the softmax")
     score_reference: bool = option(False, "score the references (teacher forced) instead of searching")
+    static_search: str = option("auto", "the static-shape beam search, whose step runs as one CUDA graph "
+                                        "(generation/static_search.py): auto = on for CUDA when the options allow "
+                                        "it (not --sampling, --prefix-size, --no-repeat-ngram-size, "
+                                        "--print-alignment), else the dynamic search; on = always, and an error "
+                                        "naming an option it lacks; off = never",
+                                choices=("auto", "on", "off"))
+    static_check_interval: int = option(4, "static-shape search: ask the device whether every sentence of the "
+                                           "batch has finished every N steps (each ask waits for it)", metavar="N")
     cpu_packed_linear: bool = option(True, "CPU float32 decoding: linear layers through oneDNN with their weights "
                                            "packed once (generation/cpu.py; 1.2-1.3x faster, checked against "
                                            "F.linear on a probe at start, torch's kernels where it does not hold)")
@@ -52,6 +60,8 @@ class GenerationConfig:
             raise UsageError(f"--temperature must be > 0, got {self.temperature}")
         if self.sampling_topp > 1:
             raise UsageError(f"--sampling-topp must be <= 1, got {self.sampling_topp}")
+        if self.static_check_interval < 1:
+            raise UsageError(f"--static-check-interval must be >= 1, got {self.static_check_interval}")
         if self.no_repeat_ngram_size < 0 or self.prefix_size < 0 or self.min_len < 0:
             raise UsageError("--no-repeat-ngram-size, --prefix-size and --min-len must be >= 0")
         self._check_length_limits()

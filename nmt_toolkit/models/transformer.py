@@ -18,7 +18,7 @@ from torch import nn
 
 from nmt_toolkit.config import option
 from nmt_toolkit.errors import UsageError
-from nmt_toolkit.modules.caches import DecoderState
+from nmt_toolkit.modules.caches import DecoderState, StaticDecoderState
 from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from nmt_toolkit.modules.positional import build_positional_embedding
 from nmt_toolkit.registry import register_architecture, register_model
@@ -109,7 +109,7 @@ class _Embedder(nn.Module):
         self.layernorm = nn.LayerNorm(cfg.embed_dim) if cfg.layernorm_embedding else None
         self.dropout = cfg.dropout
 
-    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         x = self.embed_tokens(tokens)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
@@ -165,7 +165,9 @@ class TransformerDecoder(nn.Module):
         S]``, when ``need_attn``). With an ``incremental_state`` only the newest position of each row is
         computed (``[B, 1, V]``); ``encoder_out`` may then hold one row per decoder row or one per sentence
         with the rows grouped by sentence (the beam search's layout: the encoder–decoder keys/values are
-        never copied per beam)."""
+        never copied per beam). With a :class:`StaticDecoderState` ``prev_output_tokens`` may hold only the
+        newest tokens: the position is the state's (a device tensor), and ``encoder_out`` is read only at the
+        first step of a batch."""
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
         caches = [(None, None)] * len(self.layers)
         if incremental_state is None:
@@ -173,7 +175,10 @@ class TransformerDecoder(nn.Module):
                 enc_mask = None
             x = self.embed(prev_output_tokens)
         else:
-            x = self.embed(prev_output_tokens[:, -1:], offset=prev_output_tokens.size(1) - 1)
+            if not isinstance(incremental_state, (DecoderState, StaticDecoderState)):
+                raise TypeError(f"incremental_state must be a DecoderState (model.make_decoder_state()), got "
+                                f"{type(incremental_state).__name__}")
+            x = self.embed(prev_output_tokens[:, -1:], offset=incremental_state.position(prev_output_tokens))
             caches = self._caches(incremental_state, x, enc, enc_mask)
         attn = None
         last = len(self.layers) - 1
@@ -186,14 +191,12 @@ class TransformerDecoder(nn.Module):
             x = self.layer_norm(x)
         return self.project(x), attn
 
-    def _caches(self, state: DecoderState, x: torch.Tensor, enc: torch.Tensor, enc_mask) -> list:
-        """Each layer's (self-attention, encoder–decoder) caches, created at the first step."""
-        if not isinstance(state, DecoderState):
-            raise TypeError(f"incremental_state must be a DecoderState (model.make_decoder_state()), got "
-                            f"{type(state).__name__}")
+    def _caches(self, state: DecoderState | StaticDecoderState, x: torch.Tensor, enc: torch.Tensor, enc_mask) -> list:
+        """Each layer's (self-attention, encoder–decoder) caches, made (or, static, filled) at the first step."""
         if not state.started:
-            state.self_attn = [layer.self_attn.empty_cache(x.size(0), state.capacity, x) for layer in self.layers]
-            state.cross_attn = [layer.encoder_attn.project_memory(enc, enc_mask) for layer in self.layers]
+            self.embed.embed_positions.reserve(state.capacity)
+            state.start([layer.self_attn for layer in self.layers],
+                        [layer.encoder_attn.project_memory(enc, enc_mask) for layer in self.layers], x)
         return list(zip(state.self_attn, state.cross_attn))
 
 
@@ -257,6 +260,10 @@ class TransformerModel(nn.Module):
     #: the beam search may keep encoder outputs and encoder–decoder keys/values once per sentence
     #: (``forward_decoder`` rows grouped by sentence; see ``reorder_incremental_state``)
     supports_sentence_level_encoder_out = True
+
+    #: ``forward_decoder`` accepts a :class:`~nmt_toolkit.modules.caches.StaticDecoderState` (the static-shape
+    #: search of generation/static_search.py)
+    supports_static_decoder_state = True
 
     @staticmethod
     def make_decoder_state(beam: int = 1, sentences: Optional[int] = None, capacity: int = 16) -> DecoderState:

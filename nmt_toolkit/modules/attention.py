@@ -125,9 +125,10 @@ class MultiheadAttention(nn.Module):
 
         ``key_padding_mask`` [B, S] is True at padded keys; ``causal`` masks future keys. Incremental
         decoding (``cache``, one new position per row, ``T`` = 1): self-attention appends this position's
-        keys/values to its :class:`SelfAttentionCache` and attends over all cached ones; encoder–decoder
-        attention reads its :class:`CrossAttentionCache` (``key`` is not used) — when it holds ``n``
-        sentences for ``B = n * w`` rows, the ``w`` rows of a sentence are its block of ``w`` queries.
+        keys/values to its :class:`SelfAttentionCache` (or a static-shape cache, whose unwritten positions it
+        masks) and attends over the cached ones; encoder–decoder attention reads its
+        :class:`CrossAttentionCache` (``key`` is not used) — when it holds ``n`` sentences for ``B = n * w``
+        rows, the ``w`` rows of a sentence are its block of ``w`` queries.
         Returns ``(output [B, T, D], probs [B, H, T, S] or None)``.
         """
         bsz, tgt_len, _ = query.shape
@@ -139,6 +140,7 @@ class MultiheadAttention(nn.Module):
             q, k, v = self._heads(q, self.key_dim), self._heads(k, self.key_dim), self._heads(v, self.value_dim)
             if cache is not None:
                 k, v = cache.append(k, v)
+                keep = cache.visible()  # None, or (static-shape caches) True at the positions written so far
                 causal = False  # the newest position may see every cached one
         elif cache is not None:
             sentences = cache.k.size(0)

@@ -15,6 +15,15 @@ that every reader must know.
   :meth:`~nmt_toolkit.modules.attention.MultiheadAttention.forward`), and no beam needs its own copy.
 - :class:`DecoderState`: the caches of every decoder layer, and what the search tells the model: ``beam``
   (rows per sentence once the search runs), ``sentences`` (how many are active), ``capacity``.
+
+Static shapes (the static-shape beam search, generation/static_search.py, whose step a CUDA graph can
+replay): :class:`StaticDecoderState` holds :class:`StaticSelfAttentionCache` s preallocated for every position
+the batch can decode and zero-filled; a step writes the position held in a device tensor
+(:class:`StaticCursor`), so the same recorded kernels serve every step, and attends over the first ``window``
+positions with a mask hiding those not yet written. Rows never leave (a finished sentence stays in place);
+a reorder copies into the same buffers. Its encoder–decoder caches are copied into buffers kept across
+batches of the same shape. The decoder treats both states alike through ``started``, ``start``,
+``position`` and ``reorder``.
 """
 from __future__ import annotations
 
@@ -75,6 +84,49 @@ class SelfAttentionCache:
         self._spare = (self.k, self.v)  # double buffering: no allocation per step
         self.k, self.v = outs
 
+    def visible(self) -> None:
+        """Every cached position is written: no mask."""
+        return None
+
+
+@dataclass
+class StaticCursor:
+    """Where a static-shape step writes: ``position`` (a 0-dim long tensor on the device, advanced by the
+    search inside its step) and ``window`` (how many leading positions the step attends over and reorders;
+    a host-side int, chosen by the search for each step, > position)."""
+
+    position: torch.Tensor
+    positions: torch.Tensor  # arange(capacity) on the device, to build the visibility mask without allocating
+    window: int = 16
+
+
+@dataclass
+class StaticSelfAttentionCache:
+    """Keys ``[rows, H, capacity, d_k]`` and values of every position a batch may decode (see the module
+    docstring); written at ``cursor.position``, read over ``cursor.window`` positions."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    cursor: StaticCursor
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's ``k`` [rows, H, 1, d_k] and ``v`` at the cursor; return the window's keys/values."""
+        at = self.cursor.position.view(1)
+        self.k.index_copy_(2, at, k)
+        self.v.index_copy_(2, at, v)
+        w = self.cursor.window
+        return self.k[:, :, :w], self.v[:, :, :w]
+
+    def visible(self) -> torch.Tensor:
+        """``[1, 1, 1, window]`` bool: True at the positions written so far (the current one included)."""
+        return (self.cursor.positions[: self.cursor.window] <= self.cursor.position).view(1, 1, 1, -1)
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Row ``j`` continues row ``indices[j]`` (same row count), copied into the same buffers."""
+        w = self.cursor.window
+        for buf in (self.k, self.v):
+            buf[:, :, :w].copy_(buf[:, :, :w].index_select(0, indices))
+
 
 @dataclass
 class CrossAttentionCache:
@@ -113,6 +165,16 @@ class DecoderState:
         """Positions decoded so far."""
         return self.self_attn[0].length if self.self_attn else 0
 
+    @staticmethod
+    def position(prev_output_tokens: torch.Tensor) -> int:
+        """The position of the newest token of ``prev_output_tokens`` (all tokens so far, one row per hypothesis)."""
+        return prev_output_tokens.size(1) - 1
+
+    def start(self, self_attention: list, cross_caches: list, like: torch.Tensor) -> None:
+        """First step: empty self-attention caches from each layer's module, and its encoder–decoder caches."""
+        self.self_attn = [attn.empty_cache(like.size(0), self.capacity, like) for attn in self_attention]
+        self.cross_attn = cross_caches
+
     def reorder(self, indices: torch.Tensor, sentence_order: Optional[torch.Tensor] = None,
                 per_sentence: bool = False) -> None:
         """Rows follow ``indices``. Cross-attention caches follow ``indices`` too, unless ``per_sentence``:
@@ -126,3 +188,56 @@ class DecoderState:
                 cache.reorder(order)
         if per_sentence and sentence_order is not None:
             self.sentences = sentence_order.numel()
+
+
+@dataclass
+class StaticDecoderState:
+    """The incremental state of one model's decoder for the static-shape search (see the module docstring).
+
+    ``capacity``: positions preallocated; ``cursor``: where the next step writes (the models of an ensemble
+    share one). ``started`` is False until the first step of each batch (:meth:`new_batch`), which projects
+    the encoder output and copies its keys and values here; later steps pass only their newest tokens."""
+
+    capacity: int
+    cursor: StaticCursor
+    self_attn: list = field(default_factory=list)
+    cross_attn: list = field(default_factory=list)
+    started: bool = False
+
+    def position(self, prev_output_tokens: torch.Tensor) -> torch.Tensor:
+        """The step's position, a device tensor (``prev_output_tokens`` holds only the newest tokens)."""
+        return self.cursor.position
+
+    def new_batch(self) -> None:
+        """The next step starts a batch: its encoder–decoder keys/values are copied in, positions restart at 0."""
+        self.started = False
+        self.cursor.position.zero_()
+        for cache in self.self_attn:  # stale values must not be inf/NaN: masked keys still meet 0 * value
+            cache.k.zero_()
+            cache.v.zero_()
+
+    def start(self, self_attention: list, cross_caches: list, like: torch.Tensor) -> None:
+        """Allocate the buffers on first use (zeros), else copy into them: the addresses a captured step
+        reads stay fixed. A cross cache without padding gets an all-True mask (the buffer always has one)."""
+        if not self.self_attn:
+            self.self_attn = [StaticSelfAttentionCache(
+                like.new_zeros(like.size(0), attn.num_heads, self.capacity, attn.key_dim),
+                like.new_zeros(like.size(0), attn.num_heads, self.capacity, attn.value_dim), self.cursor)
+                for attn in self_attention]
+        if not self.cross_attn:
+            self.cross_attn = [CrossAttentionCache(torch.empty_like(c.k), torch.empty_like(c.v),
+                                                   torch.empty(c.k.size(0), 1, 1, c.k.size(2), dtype=torch.bool,
+                                                               device=c.k.device)) for c in cross_caches]
+        for mine, new in zip(self.cross_attn, cross_caches):
+            mine.k.copy_(new.k)
+            mine.v.copy_(new.v)
+            if new.keep is None:
+                mine.keep.fill_(True)
+            else:
+                mine.keep.copy_(new.keep)
+        self.started = True
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Rows follow ``indices`` (within their sentences); the encoder–decoder caches stay, one per sentence."""
+        for cache in self.self_attn:
+            cache.reorder(indices)

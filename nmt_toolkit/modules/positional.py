@@ -67,14 +67,22 @@ class SinusoidalPositionalEmbedding(nn.Module):
         self.make_table = SINUSOID_LAYOUTS[layout]
         self.register_buffer("table", self.make_table(init_size, dim), persistent=False)
 
-    def forward(self, length: int, offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """Encodings of positions ``offset .. offset+length-1``: ``[length, dim]``."""
+    def forward(self, length: int, offset: int | torch.Tensor = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Encodings of positions ``offset .. offset+length-1``: ``[length, dim]``. A tensor ``offset`` (a
+        static-shape decoding step's position, on the device) reads the table as it is: :meth:`reserve` first."""
+        if isinstance(offset, torch.Tensor):
+            return _rows(self.table, offset, length, dtype)
         end = offset + length
         if end > self.table.size(0):
             size = max(end, 2 * self.table.size(0))
             self.table = self.make_table(size, self.dim).to(self.table.device)
         out = self.table[offset:end]
         return out if dtype is None else out.to(dtype)
+
+    def reserve(self, num_positions: int) -> None:
+        """Compute the table for positions ``0 .. num_positions-1`` now."""
+        if num_positions > self.table.size(0):
+            self.table = self.make_table(num_positions, self.dim).to(self.table.device)
 
     def max_positions(self) -> int:
         return int(1e6)  # unbounded in principle; a large number keeps callers' min() simple
@@ -88,7 +96,9 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_positions, dim))
         nn.init.normal_(self.weight, mean=0.0, std=dim ** -0.5)
 
-    def forward(self, length: int, offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def forward(self, length: int, offset: int | torch.Tensor = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
+        if isinstance(offset, torch.Tensor):  # a static-shape step's position (below max_positions by construction)
+            return _rows(self.weight, offset, length, dtype)
         end = offset + length
         if end > self.weight.size(0):
             raise UsageError(
@@ -99,8 +109,17 @@ class LearnedPositionalEmbedding(nn.Module):
         out = self.weight[offset:end]
         return out if dtype is None else out.to(dtype)
 
+    def reserve(self, num_positions: int) -> None:
+        """Nothing to compute: the table is the parameter (callers keep to :meth:`max_positions`)."""
+
     def max_positions(self) -> int:
         return self.weight.size(0)
+
+
+def _rows(table: torch.Tensor, offset: torch.Tensor, length: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """``table[offset : offset+length]`` for a device-tensor ``offset``, without reading it on the host."""
+    out = table.index_select(0, offset.reshape(1) + torch.arange(length, device=offset.device))
+    return out if dtype is None else out.to(dtype)
 
 
 def build_positional_embedding(kind: str, dim: int, max_positions: int, layout: str = "paper") -> nn.Module:
