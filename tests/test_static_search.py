@@ -284,6 +284,25 @@ def test_nmt_generate_prints_the_same_lines(setup_dir, capsys):  # noqa: F811
     assert rc == 2 and "--static-search on" in err and "--print-alignment" in err and "Traceback" not in err
 
 
+def test_gpu_generate_benchmark_runs_tiny_on_the_cpu():
+    """benchmarks/gpu_generate.py: --help, and one small run printing one JSON line with both searches."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_generate.py"
+    assert "--max-tokens" in subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                                            check=True).stdout
+    out = subprocess.run([sys.executable, str(script), "--device", "cpu", "--arch", "transformer_tiny", "--vocab",
+                          "500", "--sentences", "24", "--max-tokens", "300", "--repeats", "1", "--threads", "1"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    record = json.loads(out[-1])
+    assert len(out) == 1 and record["benchmark"] == "gpu_generate" and record["sentences"] == 24
+    assert {(r["search"], r["precision"]) for r in record["results"]} == {("static", "fp32"), ("dynamic", "fp32")}
+    assert all(r["sentences_per_s"] > 0 for r in record["results"]) and "fp32" in record["same_hypotheses"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_cuda_graph_replay_equals_the_eager_static_step(trained, dtype):
