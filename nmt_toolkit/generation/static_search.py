@@ -33,13 +33,14 @@ without ``supports_static_decoder_state`` or the per-sentence encoder layout.
 """
 from __future__ import annotations
 
-import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from nmt_toolkit.generation.beam_search import _CHUNKED_TOPK_MIN_VOCAB
 from nmt_toolkit.modules.caches import StaticCursor, StaticDecoderState
 
 NEG_INF = float("-inf")
@@ -120,11 +121,19 @@ class StaticBeamSearch:
         self.gen = generator
         self.check_interval = max(1, check_interval)
         self.max_plans = max_plans
-        self.plans: OrderedDict = OrderedDict()
+        self._local = threading.local()  # plans per thread: CPU decode workers run batches at once
         self.shapes: set = set()  # (rows, source width, window) of every step run: what graphs are recorded for
 
+    @property
+    def plans(self) -> OrderedDict:
+        """This thread's plans, the most recently used last."""
+        if not hasattr(self._local, "plans"):
+            self._local.plans = OrderedDict()
+        return self._local.plans
+
     def release(self) -> None:
-        """Free every plan's buffers and graphs (e.g. before the device is needed for training again)."""
+        """Free this thread's plans, buffers and graphs (e.g. before the device is needed for training again;
+        a decode worker's go with its thread)."""
         self.plans.clear()
 
     # ------------------------------------------------------------------ one batch
@@ -222,8 +231,6 @@ class StaticBeamSearch:
         lprobs, _ = g.model.log_probs(last, encoder_outs, p.states, temperature=g.temperature)
         lprobs = self._constrain(lprobs, p.row_max, pos)
         vocab = lprobs.size(-1)
-        from nmt_toolkit.generation.beam_search import _CHUNKED_TOPK_MIN_VOCAB
-
         if vocab >= _CHUNKED_TOPK_MIN_VOCAB:  # as the dynamic search: the best 2k of each row, then of the sentence
             row_scores, row_tokens = lprobs.topk(2 * k, dim=1)
             row_scores = row_scores + p.cum.unsqueeze(1)
