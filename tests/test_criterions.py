@@ -93,3 +93,67 @@ def test_fused_gradient_equals_autograd_reference():
     assert torch.allclose(la, lb) and torch.allclose(na, nb)
     assert torch.allclose(a.grad, b.grad, atol=1e-10)
     assert a.grad.view(4, 6, 13)[2, 1:].abs().max() == 0  # padding rows get no gradient
+
+
+def test_half_precision_logits_are_converted_a_chunk_of_rows_at_a_time(monkeypatch):
+    """bf16 logits reach float32 in chunks of rows (no second [N, V] float32 tensor at the loss's peak); the
+    log-probabilities, loss and gradient are those of the whole conversion, bit for bit."""
+    from nmt_toolkit.criterions import label_smoothed_cross_entropy as L
+
+    torch.manual_seed(0)
+    logits = (torch.randn(37, 50) * 3).to(torch.bfloat16)
+    target = torch.randint(4, 50, (37,))
+    target[:5] = 1
+    whole = torch.log_softmax(logits.float(), dim=-1)
+    monkeypatch.setattr(L, "_CHUNK_ELEMENTS", 50 * 8)  # 8 rows at a time: 5 chunks, the last one short
+    assert torch.equal(L._log_softmax_fp32(logits), whole)
+    got = [logits.clone().requires_grad_() for _ in range(2)]
+    loss, nll = L.fused_label_smoothed_nll_loss(got[0], target, 0.1, 1)
+    want_loss, want_nll = L.label_smoothed_nll_loss(torch.log_softmax(got[1].float(), dim=-1), target, 0.1, 1)
+    assert torch.allclose(loss, want_loss, rtol=1e-6) and torch.allclose(nll, want_nll, rtol=1e-6)
+    loss.backward()
+    want_loss.backward()
+    assert got[0].grad.dtype == torch.bfloat16
+    assert torch.allclose(got[0].grad.float(), got[1].grad.float(), atol=1e-2)
+
+
+def test_the_loss_on_bf16_logits_holds_one_float32_copy_at_its_peak(monkeypatch):
+    """Count the bytes of the tensors the loss makes, alive at once, over its forward and backward (every
+    op's outputs, freed when their storage dies): the float32 log-probabilities (4 bytes per logit) and the
+    bf16 gradient (2), not a second float32 [N, V] tensor beside them (which made 8)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from nmt_toolkit.criterions import label_smoothed_cross_entropy as L
+    from nmt_toolkit.criterions.label_smoothed_cross_entropy import fused_label_smoothed_nll_loss
+
+    class Alive(TorchDispatchMode):
+        def __init__(self, known):
+            super().__init__()
+            self.bytes, self.peak, self.seen = 0, 0, set(known)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if torch.is_tensor(t) and t.untyped_storage().data_ptr() not in self.seen:
+                    storage = t.untyped_storage()
+                    self.seen.add(storage.data_ptr())
+                    self.bytes += storage.nbytes()
+                    self.peak = max(self.peak, self.bytes)
+                    weakref.finalize(storage, self.free, storage.data_ptr(), storage.nbytes())
+            return out
+
+        def free(self, key, n):
+            self.bytes -= n
+            self.seen.discard(key)
+
+    n, v = 512, 4000
+    monkeypatch.setattr(L, "_CHUNK_ELEMENTS", 32 * v)  # as 16M elements are to a real batch's [N, V]
+    logits = (torch.randn(n, v) * 3).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(4, v, (n,))
+    with Alive({logits.untyped_storage().data_ptr()}) as alive:
+        loss, _ = fused_label_smoothed_nll_loss(logits, target, 0.1, 1)
+        loss.backward()
+    assert 6.0 <= alive.peak / (n * v) < 6.2

@@ -42,8 +42,24 @@ def label_smoothed_nll_loss(lprobs, target, epsilon: float, ignore_index: int | 
     return loss, nll_loss
 
 
-def _at_least_fp32(x):
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+#: rows of half-precision logits turned into float32 at a time (about 64 MB per chunk at V = 32k)
+_CHUNK_ELEMENTS = 16 * 2 ** 20
+
+
+def _log_softmax_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """float32 log-probabilities of logits ``[N, V]``.
+
+    Half-precision logits (bf16/fp16 autocast) are converted a chunk of rows at a time into the one float32
+    output: converting them whole would hold a second ``[N, V]`` float32 tensor next to the output at the
+    loss's peak (for transformer_big at 16k target tokens and V = 32k, 2 GB). Rows are independent, so the
+    values are the same as the whole conversion's, bit for bit."""
+    if logits.dtype in (torch.float32, torch.float64):
+        return torch.log_softmax(logits, dim=-1)
+    out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+    rows = max(1, _CHUNK_ELEMENTS // max(1, logits.size(-1)))
+    for start in range(0, logits.size(0), rows):
+        out[start:start + rows] = torch.log_softmax(logits[start:start + rows].float(), dim=-1)
+    return out
 
 
 class _FusedLabelSmoothedNLL(torch.autograd.Function):
@@ -55,7 +71,7 @@ class _FusedLabelSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, epsilon: float, ignore_index: int):
-        lprobs = torch.log_softmax(_at_least_fp32(logits), dim=-1)
+        lprobs = _log_softmax_fp32(logits)
         V = lprobs.size(-1)
         keep = target.ne(ignore_index)
         nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
