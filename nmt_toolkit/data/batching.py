@@ -74,10 +74,20 @@ class _Epoch:
     def __next__(self):
         if self.n >= len(self.batches):
             raise StopIteration
-        batch = self.batches[self.n]
+        batch = self.collate_at(self.n)
+        self.advance()
+        return batch
+
+    def collate_at(self, pos: int):
+        """The collated batch at position ``pos`` of this epoch, without moving the iterator: a prefetcher
+        (training/prefetch.py) prepares batches ahead on a thread and calls :meth:`advance` as the trainer
+        takes them, so the position saved in checkpoints counts consumed batches only."""
+        return self.owner.collate_fn([self.owner.dataset[int(i)] for i in self.batches[pos]])
+
+    def advance(self) -> None:
+        """One batch was consumed."""
         self.n += 1
         self.owner.iterations_in_epoch = self.n
-        return self.owner.collate_fn([self.owner.dataset[int(i)] for i in batch])
 
 
 class EpochBatchIterator:
