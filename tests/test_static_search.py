@@ -227,6 +227,35 @@ def test_a_step_never_reads_a_device_value_on_the_host(trained, monkeypatch):
     assert len(steps) > 5 and all(h[0]["tokens"][-1] == d.eos() for h in out)
 
 
+class _Recorder:
+    """Stands in for generation/cuda_graphs.py's StepGraphs on the CPU: runs each step eagerly, noting its key."""
+
+    def __init__(self):
+        self.keys = []
+
+    def run(self, key, step):
+        self.keys.append(key)
+        step()
+
+
+def test_recorded_steps_are_dropped_when_the_model_tensors_move(trained):
+    """A recorded step reads the weights where they were at capture: when one moves (here the positional
+    table, which a batch longer than any before regrows), the plans record anew."""
+    model, d = trained
+    gen = SequenceGenerator([model], d, beam_size=2, static_search="on", max_len_b=10)
+    search = gen._static_for()
+    made = []
+    search.make_graphs = lambda dev: made.append(_Recorder()) or made[-1]
+    src, lengths = _batch(d, [5, 6], 1)
+    first = gen.generate(src, lengths)
+    gen.generate(src, lengths)
+    assert len(made) == 1 and made[0].keys  # one plan, its recorder kept across batches
+    table = model.decoder.embed.embed_positions.table
+    model.decoder.embed.embed_positions.reserve(table.size(0) + 1)  # a new tensor, same values
+    _same(first, gen.generate(src, lengths), tol=0.0)
+    assert len(made) == 2 and made[1].keys and search.plans[next(iter(search.plans))].graphs is made[1]
+
+
 def test_sentence_bucket_pads_at_most_a_third():
     for n in range(1, 5000):
         b = static_search.sentence_bucket(n)

@@ -52,7 +52,9 @@ class StepGraphs:
                 self.warm = True
                 return
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: another thread's CUDA calls (a training run's batch prefetcher pinning memory while
+            # --eval-bleu decodes) neither break this capture nor fail themselves
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 step()
             self.graphs[key] = graph
             self.captures += 1

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -75,6 +75,14 @@ def step_shapes(sentences: int, source_width: int, steps: int, max_positions: tu
     return sentence_bucket(sentences), width, capacity, windows
 
 
+def _step_graphs(dev: torch.device):
+    if dev.type != "cuda":
+        return None
+    from nmt_toolkit.generation.cuda_graphs import StepGraphs
+
+    return StepGraphs(dev)
+
+
 def unsupported(generator, need_attn: bool = False, prefix_tokens=None) -> Optional[str]:
     """What keeps ``generator`` (a SequenceGenerator) off the static search for this call, by option name."""
     if generator.sampling:
@@ -110,8 +118,7 @@ class _Plan:
     fin: dict  # scores [n, beam], tokens [n, beam, capacity + 1], cum [n, beam, capacity], length [n, beam]
     lp: torch.Tensor  # [capacity + 2] float64: lp(length)
     offsets: torch.Tensor  # [sentences, 1]: the first row of each sentence
-    graphs: object = None
-    windows: set = field(default_factory=set)
+    graphs: object = None  # generation/cuda_graphs.py's StepGraphs on CUDA; None: eager steps
 
 
 class StaticBeamSearch:
@@ -123,6 +130,7 @@ class StaticBeamSearch:
         self.max_plans = max_plans
         self._local = threading.local()  # plans per thread: CPU decode workers run batches at once
         self.shapes: set = set()  # (rows, source width, window) of every step run: what graphs are recorded for
+        self.make_graphs = _step_graphs  # device -> the recorder of a new plan's steps (None: eager)
 
     @property
     def plans(self) -> OrderedDict:
@@ -167,6 +175,7 @@ class StaticBeamSearch:
             self.shapes.add((plan.rows, width, window))
             if step == 0:  # projects the encoder output into the plan's buffers: never recorded
                 self._step(plan, encoder_outs)
+                self._check_weights(dev)
             elif plan.graphs is None:
                 self._step(plan, projected)
             else:
@@ -196,12 +205,19 @@ class StaticBeamSearch:
                      torch.empty(rows, dtype=torch.long, device=dev), torch.empty(n, dtype=torch.long, device=dev),
                      torch.empty(n, dtype=torch.bool, device=dev), fin, g.lp(lengths),
                      torch.arange(n, device=dev).unsqueeze(1) * k)
-        if dev.type == "cuda":
-            from nmt_toolkit.generation.cuda_graphs import StepGraphs
-
-            plan.graphs = StepGraphs(dev)
+        plan.graphs = self.make_graphs(dev)
         self.plans[key] = plan
         return plan
+
+    def _check_weights(self, dev: torch.device) -> None:
+        """Recorded steps read the models' tensors where they were: if any moved since (a cast, a reassigned
+        parameter, a positional table grown for a longer batch at this batch's first step), record anew."""
+        where = tuple(t.data_ptr() for m in self.gen.model.models for t in (*m.parameters(), *m.buffers()))
+        if getattr(self._local, "weights", where) != where:
+            for plan in self.plans.values():
+                if plan.graphs is not None:
+                    plan.graphs = self.make_graphs(dev)
+        self._local.weights = where
 
     def _reset(self, p: _Plan, max_len: torch.Tensor, bsz: int) -> None:
         g, k = self.gen, self.gen.beam_size
