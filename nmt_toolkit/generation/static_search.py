@@ -10,8 +10,8 @@ with the dynamic search.
 What stays fixed. ``rows = sentences × beam``: a finished sentence keeps its rows (masked: its candidates
 are never finalised again), padded sentences (a lone EOS as source) fill the batch up to a bucket of
 :func:`sentence_bucket`. The self-attention caches (:class:`~nmt_toolkit.modules.caches.StaticDecoderState`)
-are preallocated for the batch's longest output, rounded up to :data:`LENGTH_BUCKET`, and written at a
-position held in a device tensor; a step attends over a *window* of leading positions (the written ones,
+are preallocated for the output limit of the batch's padded source width (``a * width + b``, rounded up to
+:data:`LENGTH_BUCKET`) and written at a position held in a device tensor; a step attends over a *window* of leading positions (the written ones,
 rounded up to :data:`LENGTH_BUCKET`) with a mask for those not yet written, so attention and the cache reorder
 cost what the output so far costs, not the limit. The source is padded to a multiple of
 :data:`LENGTH_BUCKET`; its encoder–decoder keys/values are projected once per batch and copied into fixed
