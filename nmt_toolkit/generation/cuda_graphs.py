@@ -1,9 +1,8 @@
 """CUDA graphs of the static-shape search's step (generation/static_search.py): recorded once per shape, replayed.
 
 Why graphs. A beam step of a Transformer decoder is some hundreds of small kernels; on a GPU the host takes
-longer to launch them than the device takes to run them (docs/benchmarks.md: ~4,300 launches and 145 ms of
-host time against 16 ms of kernel time for two 64-sentence batches). A CUDA graph launches the whole
-recorded step at once. The static-shape search makes that possible: its step reads and writes only buffers
+longer to launch them than the device takes to run them (the profile in docs/benchmarks.md). A CUDA graph
+launches the whole recorded step at once. The static-shape search makes that possible: its step reads and writes only buffers
 allocated before capture and takes its position from a device tensor, so one recording serves every step
 of every batch of the same shape.
 
