@@ -4,11 +4,15 @@ Sentence lengths are drawn like newstest's (a gamma distribution with mean ``--m
 shape 3; the target 0.9-1.1 × the source), batched by ``--max-tokens`` of padded length as nmt-train does
 (sorted by length, token-budget batches, shuffled), so the figures compare with published anchors (NVIDIA's
 fairseq recipe: transformer_big, AMP, 10,240 tokens per GPU). The step is nmt-train's (Trainer.train_step:
-label-smoothed loss, gradient normalisation, fused Adam, inverse_sqrt). Throughput and MFU are measured over
-updates ``--from``..``--to``; ``mfu`` divides the model FLOP/s (3 × forward FLOPs per target token) by the
-device's dense peak for the dtype (nmt_toolkit/training/efficiency.py, or --peak-tflops).
+label-smoothed loss, gradient normalisation, fused Adam, inverse_sqrt), with nmt-train's GPU path: batches
+padded to ``--pad-to-multiple`` and pinned ahead, ``--compile`` (auto: on CUDA), no host read inside an update
+(the statistics are read every ``--log-interval`` updates, as the training loop does). Throughput and MFU are
+measured over updates ``--from``..``--to``; ``mfu`` divides the model FLOP/s (3 × forward FLOPs per target
+token) by the device's dense peak for the dtype (nmt_toolkit/training/efficiency.py, or --peak-tflops).
+``peak_memory_gb`` is torch's peak of allocated CUDA memory; ``compiled_graphs`` what torch.compile built.
 
     python benchmarks/gpu_train.py --arch transformer_big --precision bf16 --max-tokens 16384 --from 200 --to 400
+    python benchmarks/gpu_train.py --arch transformer_base --precision tf32 --compile off
     python benchmarks/gpu_train.py --device cpu --arch transformer_tiny --max-tokens 2048 --from 2 --to 6   # smoke
 """
 from __future__ import annotations
@@ -29,6 +33,8 @@ from nmt_toolkit.models.transformer import TransformerConfig
 from nmt_toolkit.optim.lr_schedulers import InverseSqrtConfig, InverseSqrtSchedule
 from nmt_toolkit.optim.optimizers import AdamConfig, build_adam
 from nmt_toolkit.training import efficiency
+from nmt_toolkit.training.compile import pad_to_multiple, resolve_compile, resolve_pad_multiple
+from nmt_toolkit.training.prefetch import pin
 from nmt_toolkit.training.trainer import Trainer
 
 
@@ -62,17 +68,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="transformer_big")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--precision", default="bf16", choices=["fp32", "tf32", "bf16", "fp16"],
+                   help="tf32: float32 with TF32 matmuls")
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="auto: on CUDA")
+    p.add_argument("--pad-to-multiple", type=int, default=None, help="default: 8 when compiling on CUDA, else 1")
     p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--mean-length", type=float, default=27.0)
     p.add_argument("--vocab", type=int, default=32768)
     p.add_argument("--from", dest="start", type=int, default=200)
     p.add_argument("--to", dest="end", type=int, default=400)
+    p.add_argument("--log-interval", type=int, default=100, help="read the statistics every N updates")
     p.add_argument("--peak-tflops", type=float, default=None)
-    p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores")
     args = p.parse_args()
-    if args.tf32:
+    if args.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     device = torch.device(args.device)
     registry.import_builtin_components()
     cfg = TransformerConfig()
@@ -80,30 +90,39 @@ def main() -> None:
     cfg.share_all_embeddings = True
     torch.manual_seed(0)
     model = build_for_dry_run("transformer", cfg, args.vocab, device="cpu").to(device)
-    precision = None if args.precision == "fp32" else args.precision
+    precision = args.precision if args.precision in ("bf16", "fp16") else None
+    compiling = resolve_compile(args.compile, device)
+    multiple = resolve_pad_multiple(args.pad_to_multiple, compiling, device)
     crit = LabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyConfig(0.1), padding_idx=1)
     opt = build_adam(AdamConfig(), model.parameters(), 7e-4)
     trainer = Trainer(model, crit, opt, InverseSqrtSchedule(InverseSqrtConfig(warmup_updates=4000), opt, 7e-4),
-                      device, precision=precision)
+                      device, precision=precision, compile_model=compiling)
     trainer.set_num_updates(0)
     n_pairs = max(2000, int(args.max_tokens / args.mean_length * 2.5 * 64))
     batches = synthetic_batches(n_pairs, args.vocab, args.max_tokens, args.mean_length, seed=1)
-    if device.type == "cuda":
+    batches = [pad_to_multiple(b, multiple, 1, 1) for b in batches]
+    if device.type == "cuda":  # what the prefetcher does on nmt-train's thread
+        batches = [pin(b) for b in batches]
         torch.cuda.reset_peak_memory_stats(device)
-    tokens = sentences = 0
-    t0 = None
+    tokens = sentences = skipped = 0
+    t0 = time.perf_counter()
+    warmup_s = None
     for step in range(args.end):
         if step == args.start:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
+            warmup_s = time.perf_counter() - t0
             t0, tokens, sentences = time.perf_counter(), 0, 0
         batch = batches[step % len(batches)]
         trainer.train_step([batch])
         tokens += batch["ntokens"]
         sentences += batch["nsentences"]
+        if args.log_interval > 0 and (step + 1) % args.log_interval == 0:
+            skipped += sum(values is None for values in trainer.take_stats())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t0
+    skipped += sum(values is None for values in trainer.take_stats())
     wps = tokens / elapsed
     mean_len = tokens / max(sentences, 1)
     flops = 3 * model.flops_per_target_token(int(round(mean_len)), int(round(mean_len)))
@@ -113,10 +132,13 @@ def main() -> None:
     record = {"benchmark": "gpu_train", "arch": args.arch, "device": torch.cuda.get_device_name(device)
               if device.type == "cuda" else "cpu", "precision": efficiency.compute_dtype(precision)
               if device.type == "cuda" else args.precision, "max_tokens": args.max_tokens,
+              "compile": compiling, "pad_to_multiple": multiple, "torch": torch.__version__,
               "updates": [args.start, args.end], "target_tokens_per_s": round(wps), "model_tflops": round(tflops, 2),
               "peak_tflops": peak, "mfu": None if ratio is None else round(ratio, 4),
               "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
-              if device.type == "cuda" else None}
+              if device.type == "cuda" else None,
+              "compiled_graphs": trainer.compiled_graphs(), "skipped_updates": skipped,
+              "seconds_before_from": None if warmup_s is None else round(warmup_s, 1)}
     print(json.dumps(record))
 
 

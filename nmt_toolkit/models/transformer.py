@@ -129,7 +129,10 @@ class TransformerEncoder(nn.Module):
 
     def forward(self, src_tokens: torch.Tensor, src_lengths: Optional[torch.Tensor] = None) -> dict:
         padding_mask = src_tokens.eq(self.padding_idx)
-        mask = padding_mask if bool(padding_mask.any()) else None  # no mask: SDPA's fastest path
+        # at inference a batch without padding drops the mask (SDPA's fastest path); in training the check would
+        # read the device once per update (a host stall, and a graph break under torch.compile), so the mask
+        # stays (an all-True mask gives the same numbers)
+        mask = padding_mask if self.training or bool(padding_mask.any()) else None
         x = self.embed(src_tokens)
         for layer in self.layers:
             x = layer(x, mask)
@@ -171,7 +174,7 @@ class TransformerDecoder(nn.Module):
         enc, enc_mask = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
         caches = [(None, None)] * len(self.layers)
         if incremental_state is None:
-            if enc_mask is not None and not bool(enc_mask.any()):  # once per source
+            if not self.training and enc_mask is not None and not bool(enc_mask.any()):  # as in the encoder
                 enc_mask = None
             x = self.embed(prev_output_tokens)
         else:

@@ -11,7 +11,9 @@ import sys
 import time
 from typing import Optional
 
+from nmt_toolkit.criterions import derived_metrics
 from nmt_toolkit.errors import UsageError
+from nmt_toolkit.training.efficiency import mfu
 
 _PRECISION = {"loss": 3, "nll_loss": 3, "ppl": 2, "wps": 0, "ups": 2, "wpb": 1, "bsz": 1, "gnorm": 3, "clip": 3,
               "loss_scale": 4, "wall": 0, "mfu": 3, "gflops": 1}
@@ -128,8 +130,9 @@ class Meter:
         self.start = time.perf_counter()
         self.elapsed_before = 0.0
 
-    def add(self, values: dict) -> None:
-        self.count += 1
+    def add(self, values: dict, count: int = 1) -> None:
+        """Add one update's values (``count=0``: values that are not an update's, e.g. a skipped one)."""
+        self.count += count
         for k, v in values.items():
             self.sums[k] = self.sums.get(k, 0.0) + float(v)
 
@@ -144,3 +147,36 @@ class Meter:
         self.count = int(state.get("count", 0))
         self.start = time.perf_counter()
         self.elapsed_before = float(state.get("elapsed", 0.0))
+
+
+def train_stats(meter: Meter, lr: float, loss_scale: Optional[float], model, peak: Optional[float], world_size: int,
+                wall: float) -> dict:
+    """The values of a ``train_inner`` or ``train`` line from a meter's sums: losses per token (base 2), speed,
+    batch sizes, the averaged gradient norm and clip rate, ``skipped`` updates when there were any, and the
+    model's GFLOP/s (and ``mfu`` where the device has a peak; ``peak`` None: the CPU)."""
+    s = meter.sums
+    if not meter.count:  # every update of the interval was skipped: nothing to average
+        return {"skipped": int(s.get("skipped", 0)), "lr": lr, "wall": wall}
+    m = derived_metrics(s)
+    elapsed = max(meter.elapsed(), 1e-9)
+    count = max(meter.count, 1)
+    wps = s.get("ntokens", 0.0) / elapsed
+    out = {"loss": m["loss"], "nll_loss": m["nll_loss"], "ppl": m["ppl"], "wps": wps, "ups": count / elapsed,
+           "wpb": s.get("ntokens", 0.0) / count, "bsz": s.get("nsentences", 0.0) / count,
+           "lr": lr, "gnorm": s.get("gnorm", 0.0) / count, "clip": s.get("clip", 0.0) / count}
+    if s.get("skipped"):
+        out["skipped"] = int(s["skipped"])  # updates skipped as non-finite (or fp16 overflows)
+    if loss_scale is not None:
+        out["loss_scale"] = loss_scale
+    tok_len = s.get("ntokens", 0.0) / max(s.get("nsentences", 1.0), 1.0)
+    try:
+        flops = 3 * model.flops_per_target_token(max(int(tok_len), 1), max(int(tok_len), 1))
+        gflops = flops * wps / 1e9
+        out["gflops"] = gflops
+        ratio = mfu(gflops, peak, world_size)
+        if ratio is not None:
+            out["mfu"] = ratio
+    except Exception:  # a plugin model without flops_per_target_token
+        pass
+    out["wall"] = wall
+    return out

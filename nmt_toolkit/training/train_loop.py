@@ -6,6 +6,7 @@ optimization, checkpoint, distributed, precision, logging``).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -23,11 +24,14 @@ from nmt_toolkit.errors import NmtError
 from nmt_toolkit.models import build_model
 from nmt_toolkit.optim import build_lr_scheduler, build_optimizer, default_lr
 from nmt_toolkit.registry import TASKS
-from nmt_toolkit.training.efficiency import mfu, peak_tflops
+from nmt_toolkit.training.efficiency import peak_tflops
 from nmt_toolkit.training import checkpoints as ckpt_io
 from nmt_toolkit.training import distributed
-from nmt_toolkit.training.progress import Meter, ProgressLogger
+from nmt_toolkit.training.progress import Meter, ProgressLogger, train_stats
+from nmt_toolkit.training.compile import pad_to_multiple, resolve_compile, resolve_pad_multiple
+from nmt_toolkit.training.prefetch import Prefetcher
 from nmt_toolkit.training.state import set_rng_state
+from nmt_toolkit.training.stopping import StopFlag, StopVote
 from nmt_toolkit.training.trainer import Trainer
 from nmt_toolkit.training.valid_bleu import BleuValidator, bleu_from_stats
 
@@ -38,30 +42,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop finishes the current update, saves and exits 0."""
-
-    def __init__(self):
-        self.signum: Optional[int] = None
-        self._old = {}
-
-    def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
-
-    def _handle(self, signum, frame):
-        if self.signum is not None and signum == signal.SIGINT:  # second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def restore(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def _grouped(itr, n: int):
@@ -178,17 +158,20 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     lr_scheduler = build_lr_scheduler(comp.lr_scheduler, sched_cfg, optimizer, lr)
     if hasattr(lr_scheduler, "total_updates"):
         lr_scheduler.total_updates = opt.max_update
+    compiling = resolve_compile(opt.compile, device)
     trainer = Trainer(model, criterion, optimizer, lr_scheduler, device, clip_norm=opt.clip_norm,
                       precision=precision_of(prec), fp16_init_scale=prec.fp16_init_scale,
                       fp16_scale_window=prec.fp16_scale_window, min_loss_scale=prec.min_loss_scale,
                       max_skipped_updates=opt.max_skipped_updates, world_size=info.world_size,
-                      ddp_device_ids=[info.local_rank] if device.type == "cuda" else None)
+                      ddp_device_ids=[info.local_rank] if device.type == "cuda" else None,
+                      compile_model=compiling, bucket_cap_mb=configs["distributed"].bucket_cap_mb or None)
 
     from nmt_toolkit.models.summary import model_summary
     progress.message(model_summary(model, configs["model"]))
     progress.message(f"task {comp.task} | criterion {comp.criterion} | optimizer {comp.optimizer} "
                      f"({type(optimizer).__name__}) | lr scheduler {comp.lr_scheduler} | device {device} | "
-                     f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}")
+                     f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}"
+                     f"{' | torch.compile' if compiling else ''}")
     stored_config = config_dict(configs)
 
     # ---------------------------------------------------------------- resume
@@ -333,35 +316,38 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         logger.info("saved %s (epoch %d, %d updates)", ", ".join(names), e, n)
 
     def log_stats(meter: Meter) -> dict:
-        s = meter.sums
-        m = derived_metrics(s)
-        elapsed = max(meter.elapsed(), 1e-9)
-        count = max(meter.count, 1)
-        wps = s.get("ntokens", 0.0) / elapsed
-        out = {"loss": m["loss"], "nll_loss": m["nll_loss"], "ppl": m["ppl"], "wps": wps, "ups": count / elapsed,
-               "wpb": s.get("ntokens", 0.0) / count, "bsz": s.get("nsentences", 0.0) / count,
-               "lr": trainer.get_lr(), "gnorm": s.get("gnorm", 0.0) / count, "clip": s.get("clip", 0.0) / count}
-        if trainer.scaler is not None:
-            out["loss_scale"] = trainer.loss_scale()
-        tok_len = s.get("ntokens", 0.0) / max(s.get("nsentences", 1.0), 1.0)
-        try:
-            flops = 3 * model.flops_per_target_token(max(int(tok_len), 1), max(int(tok_len), 1))
-            gflops = flops * wps / 1e9
-            out["gflops"] = gflops
-            ratio = mfu(gflops, peak, info.world_size)
-            if ratio is not None:
-                out["mfu"] = ratio
-        except Exception:  # a plugin model without flops_per_target_token
-            pass
-        out["wall"] = wall()
-        return out
+        return train_stats(meter, trainer.get_lr(), trainer.loss_scale(), model, peak, info.world_size, wall())
 
     if valid_subsets and opt.validate_at_start and path is None and trainer.num_updates == 0:
         validate(count_for_best=False)  # eval mode, no RNG drawn: the run continues exactly as without it
-    stop = _StopFlag()
+    stop = StopFlag()
     stop.install()
+    vote = StopVote(device, info.world_size)  # under DDP every rank stops at the same update
     max_update = opt.max_update or math.inf
     max_epoch = opt.max_epoch or math.inf
+    multiple = resolve_pad_multiple(opt.pad_to_multiple, compiling, device)
+    prepare = None if multiple == 1 else functools.partial(
+        pad_to_multiple, multiple=multiple, src_pad=task.source_dictionary.pad(), tgt_pad=task.target_dictionary.pad(),
+        max_positions=model.max_positions() if hasattr(model, "max_positions") else (None, None))
+    graphs_logged = [0]
+
+    def absorb() -> None:
+        """The updates' statistics, read from the device (Trainer.take_stats: the one host read, and where the
+        skipped-update rules are checked), into the meters one update at a time."""
+        for values in trainer.take_stats():
+            for meter in (interval_meter, epoch_meter):
+                if values is None:
+                    meter.add({"skipped": 1.0}, count=0)
+                else:
+                    meter.add(values)
+
+    def log_graphs(final: bool = False) -> None:
+        graphs = trainer.compiled_graphs()
+        if graphs is not None and (graphs != graphs_logged[0] or final):
+            graphs_logged[0] = graphs
+            progress.message(f"torch.compile: {graphs} graphs compiled " +
+                             ("in all" if final else f"by update {trainer.num_updates}"))
+
     reason = None
     try:
         while reason is None:
@@ -377,60 +363,61 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             progress.start_epoch(epoch_itr.epoch, len(epoch_itr) if hasattr(epoch_itr, "__len__") else None,
                                  initial=getattr(epoch_itr, "iterations_in_epoch", 0))
             end_of_epoch = False
-            for samples in _grouped(itr, opt.update_freq):
-                values = trainer.train_step(samples)
-                progress.advance(len(samples))
-                if values is not None:
-                    interval_meter.add({k: v for k, v in values.items() if k != "lr"})
-                    epoch_meter.add({k: v for k, v in values.items() if k != "lr"})
-                n = trainer.num_updates
-                end_of_epoch = not epoch_itr.has_next() if hasattr(epoch_itr, "has_next") else epoch_itr.end_of_epoch()
-                if values is not None and lg.log_interval > 0 and n % lg.log_interval == 0:
-                    progress.log(log_stats(interval_meter), tag="train_inner", step=n)
-                    interval_meter.reset()
-                stop_now = None
-                if n >= max_update:
-                    stop_now = f"reached --max-update {opt.max_update}"
-                elif opt.stop_time_hours > 0 and wall() > opt.stop_time_hours * 3600:
-                    stop_now = f"reached --stop-time-hours {opt.stop_time_hours}"
-                elif stop.signum is not None:
-                    stop_now = f"received {signal.Signals(stop.signum).name}"
-                if info.world_size > 1:  # every rank stops at the same update
-                    flag = distributed.all_reduce_max(torch.tensor([1.0 if stop_now else 0.0], device=device))
-                    if flag.item() > 0 and stop_now is None:
-                        stop_now = "another rank stopped"
-                by_updates = values is not None and ck.save_interval_updates > 0 and n % ck.save_interval_updates == 0
-                by_minutes = ck.save_interval_minutes > 0 and time.perf_counter() - last_save_time >= ck.save_interval_minutes * 60
-                do_validate = bool(valid_subsets) and stop.signum is None and (
-                    (end_of_epoch and epoch_itr.epoch % opt.validate_interval == 0)
-                    or (values is not None and opt.validate_interval_updates > 0 and n % opt.validate_interval_updates == 0)
-                    or (stop_now is not None and stop_now.startswith("reached")))
-                do_save = end_of_epoch or by_updates or by_minutes or stop_now is not None
-                if do_validate or do_save:
-                    trainer.snapshot_rng()
-                val = None
-                if do_validate:
-                    val = validate()
-                    if val is not None:
-                        if better(val):
-                            best, bad_validations = val, 0
-                            do_save = True  # checkpoint_best.pt now, not only if a save happens to follow
-                        else:
-                            bad_validations += 1
-                        if ck.patience >= 0 and bad_validations >= ck.patience > 0 and stop_now is None:
-                            stop_now = (f"early stop: {ck.best_checkpoint_metric} did not improve for "
-                                        f"{ck.patience} validations (--patience)")
-                            do_save = True  # the run ends here: checkpoint_last.pt is this update
-                if do_save:
-                    save(end_of_epoch and (epoch_itr.epoch % ck.save_interval == 0), val,
-                         by_updates or by_minutes)
-                if stop_now is not None:
-                    reason = stop_now
-                    break
-                if end_of_epoch:
-                    break
+            with Prefetcher(itr, prepare, device) as batches:  # collated, padded and pinned ahead on a thread
+                for samples in _grouped(batches, opt.update_freq):
+                    trainer.train_step(samples)  # no read of the device inside
+                    progress.advance(len(samples))
+                    n = trainer.num_updates  # a skipped update counts too
+                    end_of_epoch = not epoch_itr.has_next() if hasattr(epoch_itr, "has_next") else epoch_itr.end_of_epoch()
+                    if lg.log_interval > 0 and n % lg.log_interval == 0:
+                        absorb()
+                        progress.log(log_stats(interval_meter), tag="train_inner", step=n)
+                        interval_meter.reset()
+                        log_graphs()
+                    time_up, signalled = vote.vote(opt.stop_time_hours > 0 and wall() > opt.stop_time_hours * 3600,
+                                                   stop.signum is not None)
+                    stop_now = None
+                    if n >= max_update:
+                        stop_now = f"reached --max-update {opt.max_update}"
+                    elif time_up:
+                        stop_now = f"reached --stop-time-hours {opt.stop_time_hours}"
+                    elif signalled:
+                        stop_now = f"received {signal.Signals(stop.signum).name}" if stop.signum is not None \
+                            else "another rank stopped"
+                    by_updates = ck.save_interval_updates > 0 and n % ck.save_interval_updates == 0
+                    by_minutes = ck.save_interval_minutes > 0 and time.perf_counter() - last_save_time >= ck.save_interval_minutes * 60
+                    do_validate = bool(valid_subsets) and not signalled and (
+                        (end_of_epoch and epoch_itr.epoch % opt.validate_interval == 0)
+                        or (opt.validate_interval_updates > 0 and n % opt.validate_interval_updates == 0)
+                        or (stop_now is not None and stop_now.startswith("reached")))
+                    do_save = end_of_epoch or by_updates or by_minutes or stop_now is not None
+                    if do_validate or do_save:
+                        trainer.snapshot_rng()
+                        absorb()  # the meters saved with the checkpoint hold every update so far
+                    val = None
+                    if do_validate:
+                        val = validate()
+                        if val is not None:
+                            if better(val):
+                                best, bad_validations = val, 0
+                                do_save = True  # checkpoint_best.pt now, not only if a save happens to follow
+                            else:
+                                bad_validations += 1
+                            if ck.patience >= 0 and bad_validations >= ck.patience > 0 and stop_now is None:
+                                stop_now = (f"early stop: {ck.best_checkpoint_metric} did not improve for "
+                                            f"{ck.patience} validations (--patience)")
+                                do_save = True  # the run ends here: checkpoint_last.pt is this update
+                    if do_save:
+                        save(end_of_epoch and (epoch_itr.epoch % ck.save_interval == 0), val,
+                             by_updates or by_minutes)
+                    if stop_now is not None:
+                        reason = stop_now
+                        break
+                    if end_of_epoch:
+                        break
             progress.end_epoch()
             if end_of_epoch:
+                absorb()
                 stats = log_stats(epoch_meter)
                 stats["epoch"] = epoch_itr.epoch
                 progress.print(stats, tag="train", step=trainer.num_updates)
@@ -440,6 +427,8 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                 lr_scheduler.step(epoch_itr.epoch, last_valid_loss if val is not None else None)
             if reason is None and not end_of_epoch:
                 reason = "the data iterator ended"
+        absorb()  # the skipped-update rules see the last updates too
+        log_graphs(final=True)
     finally:
         stop.restore()
         progress.close()

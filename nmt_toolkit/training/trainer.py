@@ -5,12 +5,18 @@ last one the sample sizes (target tokens) of all micro-batches on all ranks are 
 gradients are multiplied by ``world_size / total`` (DDP has already averaged them over ranks). So 2 ranks
 × 1 batch and 1 rank × ``--update-freq 2`` compute the same update. Gradient all-reduce runs only on
 the last micro-batch (``no_sync`` on the others). Gradient norm and clipping see unscaled gradients.
+
+The host never reads the device inside an update (a read waits for the GPU to finish everything queued, and
+then the GPU waits for the host): the sample size divides the gradients as a tensor, clipping and the
+non-finite check stay on the device, fused Adam skips a non-finite update in its kernel (torch.amp's
+``found_inf``), and the update's statistics wait in :class:`~nmt_toolkit.training.step_stats.PendingRows`
+until the loop calls :meth:`Trainer.take_stats` (once per ``--log-interval``). A skipped update counts as an
+update (``num_updates`` and the learning-rate schedule advance), as in torch.amp's recipe and Megatron.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from typing import Any, Optional
 
 import torch
@@ -19,10 +25,9 @@ from nmt_toolkit.errors import NmtError
 from nmt_toolkit.modules.attention import sdpa_backends
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.state import get_rng_state
+from nmt_toolkit.training.step_stats import STAT_KEYS as _STAT_KEYS, PendingRows, summed_stats
 
 logger = logging.getLogger(__name__)
-
-_STAT_KEYS = ("sample_size", "loss", "nll_loss", "ntokens", "nsentences")
 
 
 def move_to(sample: Any, device: torch.device) -> Any:
@@ -35,9 +40,9 @@ def move_to(sample: Any, device: torch.device) -> Any:
     return sample
 
 
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+def _total_norm(grads: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     if not grads:
-        return torch.zeros(())
+        return torch.zeros((), device=device)
     if hasattr(torch.nn.utils, "get_total_norm"):
         return torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
@@ -73,8 +78,9 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, criterion, optimizer: torch.optim.Optimizer, lr_scheduler,
                  device: torch.device, *, clip_norm: float = 0.0, precision: Optional[str] = None,
                  fp16_init_scale: float = 128.0, fp16_scale_window: int = 2000, min_loss_scale: float = 1e-4,
-                 max_skipped_updates: int = 10, world_size: int = 1, ddp_device_ids=None):
-        self.model = model
+                 max_skipped_updates: int = 10, world_size: int = 1, ddp_device_ids=None,
+                 compile_model: bool = False, bucket_cap_mb: Optional[float] = None):
+        self.model = model  # the plain module: validation, checkpoints (no ``_orig_mod.`` prefixes)
         self.criterion = criterion
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -92,12 +98,21 @@ class Trainer:
                                                growth_interval=fp16_scale_window)
         else:
             self.scaler = None
+        # the optimizer skips a step itself when told (torch.amp's found_inf); else the host decides
+        self.skips_on_device = bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+        self.compile_counter = None
+        module = model
+        if compile_model:  # the training forward only; DDP wraps the compiled module (torch's recommendation)
+            from nmt_toolkit.training.compile import compile_for_training
+            module, self.compile_counter = compile_for_training(model)
         if world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
-            self.wrapped = DistributedDataParallel(model, device_ids=ddp_device_ids, broadcast_buffers=False,
-                                                   gradient_as_bucket_view=True)
+            self.wrapped = DistributedDataParallel(module, device_ids=ddp_device_ids, broadcast_buffers=False,
+                                                   gradient_as_bucket_view=True,
+                                                   bucket_cap_mb=bucket_cap_mb or distributed.bucket_cap_mb(model))
         else:
-            self.wrapped = model
+            self.wrapped = module
+        self.pending = PendingRows()
         self.last_rng_state: Optional[dict] = None
         self._dummy: Optional[dict] = None
 
@@ -116,13 +131,20 @@ class Trainer:
     def loss_scale(self) -> Optional[float]:
         return float(self.scaler.get_scale()) if self.scaler is not None else None
 
+    def compiled_graphs(self) -> Optional[int]:
+        """How many graphs torch.compile built so far (None without ``--compile``)."""
+        return None if self.compile_counter is None else self.compile_counter.graphs
+
     # ------------------------------------------------------------------ training
 
-    def train_step(self, samples: list[dict]) -> Optional[dict]:
-        """One update over ``samples`` (the micro-batches of this rank); returns summed logging values,
-        or None when the update was skipped (non-finite gradients, or an fp16 overflow)."""
+    def train_step(self, samples: list[dict]) -> None:
+        """One update over ``samples`` (the micro-batches of this rank), without reading the device.
+
+        Its statistics stay on the device until :meth:`take_stats`. An update whose loss or gradient is not
+        finite (or an fp16 overflow) is skipped by the optimizer on the device, and still counts as an update
+        (``num_updates`` and the LR schedule advance), as in torch.amp's recipe."""
         self.wrapped.train()
-        stats = []
+        logs = []
         last = len(samples) - 1
         for i, sample in enumerate(samples):
             dummy = not sample  # a rank's filler batch at the end of an epoch: {} (see data/batching.py)
@@ -143,60 +165,80 @@ class Trainer:
                     self.scaler.scale(loss).backward()
                 else:
                     loss.backward()
-            stats.append(torch.stack([torch.as_tensor(log.get(k, 0), dtype=torch.float64, device=self.device)
-                                      for k in _STAT_KEYS]))
-        if not stats:
-            stats.append(torch.zeros(len(_STAT_KEYS), dtype=torch.float64, device=self.device))
-        total = torch.stack(stats).sum(0) if len(stats) > 1 else stats[0]
-        distributed.all_reduce_sum(total)
-        values = dict(zip(_STAT_KEYS, total.tolist()))  # the one host sync of the update
-        sample_size = values["sample_size"]
+            logs.append(log)
+        total = distributed.all_reduce_sum(summed_stats(logs, self.device))
 
         if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
+            self.scaler.unscale_(self.optimizer)  # also records its own overflow check for update()
         grads = [p.grad for p in self.params if p.grad is not None]
-        if sample_size > 0 and grads:
-            torch._foreach_mul_(grads, self.world_size / sample_size)
+        if grads:  # divide by the total sample size (× world size: DDP averaged over ranks); no read
+            size = total[0]
+            torch._foreach_mul_(grads, torch.where(size > 0, self.world_size / size, torch.ones_like(size)))
         if self.clip_norm > 0:
             gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.clip_norm, foreach=True)
         else:
-            gnorm = _total_norm(grads)
-        gnorm = float(gnorm)
-        values["gnorm"] = gnorm
-        values["clip"] = float(self.clip_norm > 0 and gnorm > self.clip_norm)
-
+            gnorm = _total_norm(grads, self.device)
+        clipped = gnorm > self.clip_norm if self.clip_norm > 0 else torch.zeros_like(gnorm, dtype=torch.bool)
+        found_inf = (~(torch.isfinite(gnorm) & torch.isfinite(total[1]))).to(torch.float32)
+        self._optimizer_step(found_inf)
         if self.scaler is not None:
-            scale_before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)  # skips the step itself when unscale_ found inf/nan
-            self.scaler.update()
-            overflow = self.scaler.get_scale() < scale_before or not math.isfinite(gnorm)
-            self.optimizer.zero_grad(set_to_none=True)
-            if overflow:
-                scale = self.scaler.get_scale()
-                logger.info("gradient overflow: skipping the update; loss scale reduced to %g", scale)
-                if scale < self.min_loss_scale:
-                    raise NmtError(f"the fp16 loss scale fell to {scale:g} (below --min-loss-scale "
-                                   f"{self.min_loss_scale:g}): the loss keeps overflowing; try --bf16, a lower "
-                                   "--lr or --clip-norm")
-                return None
-            values["loss_scale"] = self.scaler.get_scale()
-        else:
-            if not math.isfinite(gnorm) or not math.isfinite(values["loss"]):
-                self.optimizer.zero_grad(set_to_none=True)
-                self.skipped_in_a_row += 1
-                logger.warning("non-finite loss or gradient (loss %s, gnorm %s) at update %d: update skipped "
-                               "(%d in a row)", values["loss"], gnorm, self.num_updates + 1, self.skipped_in_a_row)
-                if self.skipped_in_a_row >= self.max_skipped_updates:
-                    raise NmtError(f"{self.skipped_in_a_row} non-finite updates in a row (--max-skipped-updates "
-                                   f"{self.max_skipped_updates}): training diverged; lower --lr, add --clip-norm "
-                                   "or use a longer warmup")
-                return None
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-        self.skipped_in_a_row = 0
-        values["lr"] = self.get_lr()
+            self.scaler.update()  # halves the scale after an overflow, grows it after a clean window
+        self.optimizer.zero_grad(set_to_none=True)
+        scale = self.scaler._get_scale_async() if self.scaler is not None else torch.zeros((), device=self.device)
+        row = torch.cat([total, torch.stack([t.to(torch.float64) for t in (gnorm.detach(), clipped, found_inf, scale)])])
+        self.pending.add(self.num_updates + 1, row)
         self.set_num_updates(self.num_updates + 1)
-        return values
+
+    def _optimizer_step(self, found_inf: torch.Tensor) -> None:
+        """The optimizer's step, skipped when ``found_inf`` (float32, 0 or 1) is 1.
+
+        Optimizers with torch.amp's interface (``_step_supports_amp_scaling``: fused Adam/AdamW/SGD) read
+        ``found_inf`` in their kernel: parameters, moments and the step count stay as they were (the count
+        is raised, then lowered by ``found_inf``), with no read on the host. Others (``--adam-impl
+        foreach|loop``, SGD) take the slow path: the host reads the flag, one stall per update."""
+        if self.skips_on_device:
+            self.optimizer.found_inf = found_inf
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf
+        elif not bool(found_inf):  # the slow path's read
+            self.optimizer.step()
+
+    def take_stats(self) -> list[Optional[dict]]:
+        """The statistics of every update since the last call, oldest first (one read of the device): a dict
+        like the criterion's logging output plus ``gnorm``, ``clip`` (and ``loss_scale`` with fp16), or None
+        for a skipped update. The rules on skipped updates are checked here: ``--max-skipped-updates``
+        non-finite updates in a row, or an fp16 loss scale below ``--min-loss-scale``, raise NmtError."""
+        out: list[Optional[dict]] = []
+        for update, row in self.pending.drain():
+            if row["skipped"]:
+                out.append(None)
+                self._skipped(update, row)
+                continue
+            self.skipped_in_a_row = 0
+            values = {k: row[k] for k in _STAT_KEYS + ("gnorm", "clip")}
+            if self.scaler is not None:
+                values["loss_scale"] = row["loss_scale"]
+            out.append(values)
+        return out
+
+    def _skipped(self, update: int, row: dict) -> None:
+        if self.scaler is not None:
+            scale = row["loss_scale"]
+            logger.info("gradient overflow at update %d: update skipped; loss scale reduced to %g", update, scale)
+            if scale < self.min_loss_scale:
+                raise NmtError(f"the fp16 loss scale fell to {scale:g} (below --min-loss-scale "
+                               f"{self.min_loss_scale:g}): the loss keeps overflowing; try --bf16, a lower "
+                               "--lr or --clip-norm")
+            return
+        self.skipped_in_a_row += 1
+        logger.warning("non-finite loss or gradient (loss %s, gnorm %s) at update %d: update skipped "
+                       "(%d in a row)", row["loss"], row["gnorm"], update, self.skipped_in_a_row)
+        if self.skipped_in_a_row >= self.max_skipped_updates:
+            raise NmtError(f"{self.skipped_in_a_row} non-finite updates in a row (--max-skipped-updates "
+                           f"{self.max_skipped_updates}): training diverged; lower --lr, add --clip-norm "
+                           "or use a longer warmup")
 
     def set_num_updates(self, n: int) -> None:
         self.num_updates = n
