@@ -104,8 +104,12 @@ class BleuValidator:
             self.refs.append(self.detok(self.tgt_dict.string(sample["target"][i], escape_unk=True)))
 
     def stats(self) -> torch.Tensor:
-        """This rank's ``[4 matches, 4 totals, sys_len, ref_len]`` (float64 for the all-reduce)."""
+        """This rank's ``[4 matches, 4 totals, sys_len, ref_len]`` (float64 for the all-reduce); called once per
+        validation, after its last batch, so the search's static buffers and CUDA graphs are freed here: training
+        needs that memory back until the next validation."""
         from sacrebleu.metrics import BLEU
+
+        self.generator.release()
 
         if not self.hyps:
             return torch.zeros(10, dtype=torch.float64)
