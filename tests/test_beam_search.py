@@ -232,10 +232,20 @@ def _first_token_draws(topk, topp, temperature, draws=4000):
                             sampling_topk=topk, sampling_topp=topp, temperature=temperature, seed=7)
     out = gen.generate(src.expand(draws, -1).contiguous(), lengths.expand(draws).contiguous())
     counts = torch.bincount(torch.tensor([int(h[0]["tokens"][0]) for h in out]), minlength=len(d)).double()
+    return counts, _reference_next_token(model, d, src, lengths, [], topk, topp, temperature, ban_eos=True)
+
+
+def _reference_next_token(model, d, src, lengths, prefix, topk, topp, temperature, ban_eos):
+    """The distribution sampling must draw the token after ``prefix`` from, in float64 from a full (not
+    incremental) decoder pass: log_softmax(logits / T), pad (and EOS if ``ban_eos``) banned, then fairseq's
+    top-k and top-p as worked out in :func:`_first_token_draws`, renormalised."""
     with torch.no_grad():
-        logits, _ = model.forward_decoder(torch.full((1, 1), d.eos()), model.forward_encoder(src, lengths))
+        prev = torch.tensor([[d.eos()] + list(prefix)])
+        logits, _ = model.forward_decoder(prev, model.forward_encoder(src, lengths))
     lp = torch.log_softmax(logits[0, -1].double() / temperature, -1)
-    lp[d.pad()] = lp[d.eos()] = -math.inf
+    lp[d.pad()] = -math.inf
+    if ban_eos:
+        lp[d.eos()] = -math.inf
     keep = torch.isfinite(lp)
     if topk > 0:
         keep &= lp >= lp.topk(topk).values[-1]
@@ -249,7 +259,7 @@ def _first_token_draws(topk, topp, temperature, draws=4000):
                 keep[t] = False
             mass += math.exp(float(lp[t]))
     p = torch.where(keep, lp.exp(), torch.zeros_like(lp))
-    return counts, p / p.sum()
+    return p / p.sum()
 
 
 @pytest.mark.parametrize("topk, topp, temperature", SAMPLING_CASES)
@@ -264,17 +274,54 @@ def _chi_square_limit(df: int, z: float = 4.75) -> float:
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19 audit: sample_candidates draws two tokens per beam and the search "
-                                       "keeps the likelier one, so --sampling --beam 1 returns the max of two draws, "
-                                       "not a draw (fairseq draws one token per beam)")
-@pytest.mark.parametrize("topk, topp, temperature", SAMPLING_CASES)
-def test_sampling_frequencies_follow_the_truncated_distribution(topk, topp, temperature):
-    counts, p = _first_token_draws(topk, topp, temperature)
+def _chi_square(counts: torch.Tensor, p: torch.Tensor):
+    """Pearson's statistic of ``counts`` against the probabilities ``p`` and its p = 1e-6 limit."""
     expected = p * counts.sum()
     cells = expected > 0
+    assert float(counts[~cells].sum()) == 0, "draws outside the support"
     stat = float(((counts[cells] - expected[cells]) ** 2 / expected[cells]).sum())
-    df = int(cells.sum()) - 1
-    assert stat < _chi_square_limit(df), (stat, counts.tolist(), expected.tolist())
+    return stat, _chi_square_limit(int(cells.sum()) - 1)
+
+
+@pytest.mark.parametrize("topk, topp, temperature", SAMPLING_CASES)
+def test_sampling_frequencies_follow_the_truncated_distribution(topk, topp, temperature):
+    """Beam 1: the output is one draw (it was the likelier of two draws, a token of p = 0.42 came out 67 % of
+    the time: chi-square 1047-1215 against limits of 27-42)."""
+    counts, p = _first_token_draws(topk, topp, temperature)
+    stat, limit = _chi_square(counts, p)
+    assert stat < limit, (stat, counts.tolist(), (p * counts.sum()).tolist())
+
+
+@pytest.mark.parametrize("beam, topk, temperature", [(2, -1, 1.0), (3, 3, 0.7)])
+def test_each_beam_is_an_independent_sample_that_ends_at_its_eos(beam, topk, temperature):
+    """fairseq's Sampling with a beam: the ``beam`` hypotheses of a sentence are ``beam`` independent samples.
+    Outputs of at most 2 tokens (then EOS), EOS allowed after the first: every hypothesis returned (nbest =
+    beam) is one of 6 * 7 sequences ``t1 EOS`` or ``t1 t2 EOS``, whose probability p(t1) p(x | t1) is worked out
+    from full decoder passes. The pooled sequences of 3000 sentences follow it (chi-square), which fails if a
+    beam keeps the best of several draws, draws from another beam's row, or is finalized twice."""
+    d = make_dict(6)
+    model = make_model(d, 13, peak=1.0)
+    src, lengths = make_batch(d, [5], 13)
+    sentences = 3000
+    gen = SequenceGenerator([model], d, beam_size=beam, nbest=beam, max_len_a=0, max_len_b=2, min_len=1,
+                            sampling=True, sampling_topk=topk, temperature=temperature, seed=11)
+    out = gen.generate(src.expand(sentences, -1).contiguous(), lengths.expand(sentences).contiguous())
+    V = len(d)
+    counts = torch.zeros(V * V, dtype=torch.float64)
+    for hyps in out:
+        assert len(hyps) == beam
+        for h in hyps:
+            toks = h["tokens"].tolist()
+            assert toks[-1] == d.eos() and d.eos() not in toks[:-1] and len(toks) in (2, 3), toks
+            counts[toks[0] * V + toks[1]] += 1
+    ref = lambda prefix, ban: _reference_next_token(model, d, src, lengths, prefix, topk, -1.0, temperature, ban)
+    p0 = ref([], True)
+    p = torch.cat([p0[t] * ref([t], False) if p0[t] > 0 else torch.zeros(V, dtype=torch.float64)
+                   for t in range(V)])
+    assert float(p.sum()) == pytest.approx(1.0)
+    assert float(p.view(V, V)[:, d.eos()].sum()) > 0.03  # beams do end at the second step
+    stat, limit = _chi_square(counts, p)
+    assert stat < limit, stat
 
 def test_row_topk_equals_topk():
     from nmt_toolkit.generation.beam_search import _row_topk

@@ -35,6 +35,18 @@ worst). ``early_stop="beam"`` is fairseq's rule: done as soon as ``beam`` hypoth
 miss a longer hypothesis that the length penalty would have preferred). Greedy decoding (``beam=1``) and
 sampling always use the ``beam`` rule, so ``beam=1`` is exactly the greedy loop (argmax until EOS).
 
+Sampling (``sampling=True``) follows fairseq 0.12's ``Sampling`` search with its ``SequenceGenerator``: the
+``beam`` hypotheses of a sentence are ``beam`` independent samples. ``Sampling.step`` (fairseq/search.py,
+lines 764-819) returns ``beam`` candidates, not ``2*beam``: one draw per beam from its own row, at step 0
+``beam`` draws from the sentence start, in beam order and not re-ranked (generation/sampling.py). The
+generator (fairseq/sequence_generator.py, lines 436-540) finalizes a beam whose draw is EOS and from then on
+ignores it (``cands_to_ignore``: its later EOS draws are not finalized again), and a sentence is done when
+``beam`` hypotheses have finished (``finalize_hypos``/``is_finished``, lines 708-757), or at the maximum
+length, where EOS is forced. Here each beam continues its own draw in place; a beam that drew EOS continues with
+score -inf, which keeps it out of finalization, and the ``beam`` rule stops the sentence once ``beam`` have
+finished. (fairseq also moves the finished slots behind the live ones, which only changes which row takes
+which random draw.) The n-best are the best ``nbest`` of the ``beam`` samples by length-penalised score.
+
 On a GPU, ``static_search`` (``auto``: on CUDA, ``on``, ``off``) runs the same search with static shapes whose
 step is a CUDA graph (generation/static_search.py); what it does not support falls back to this one.
 """
@@ -222,11 +234,7 @@ class SequenceGenerator:
 
         per_sentence = model.sentence_level  # encoder outputs and enc-dec keys/values once per sentence
         encoder_outs = model.forward_encoder(src_tokens, src_lengths)
-        # Beam search's first step runs one row per sentence (all beams start alike); sampling draws its
-        # first tokens from beam 0 of k identical rows, as before.
-        width = 1 if not self.sampling else k
-        if width == k and not per_sentence:
-            encoder_outs = model.reorder_encoder_out(encoder_outs, torch.arange(bsz, device=dev).repeat_interleave(k))
+        width = 1  # the first step runs one row per sentence (all beams start alike); then k rows per sentence
         states = model.make_decoder_states(beam=k, sentences=bsz if per_sentence else None, capacity=steps + 1)
 
         tokens = torch.full((bsz * width, steps + 2), pad, dtype=torch.long, device=dev)
@@ -256,7 +264,7 @@ class SequenceGenerator:
                 attn[:, step + 1, : step_attn.size(-1)] = step_attn
             vocab = lprobs.size(-1)
 
-            # ---- candidates: 2k per sentence over beam x V
+            # ---- candidates: 2k per sentence over beam x V (sampling: k, one per beam, in beam order)
             prev = None if step == 0 else scores[:, step - 1]
             if self.sampling:
                 cand_scores, cand_idx = sample_candidates(lprobs, prev, n, k, self.sampling_topk,
@@ -293,14 +301,20 @@ class SequenceGenerator:
                 self._finalize(fin, fin_mask, cand_rows[:, :k], cand_scores[:, :k], tokens, scores, attn,
                                sent_ids, step)
 
-            # ---- the first k non-EOS candidates continue
-            ncand = cand_scores.size(1)
-            order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
-            active = order_key.topk(k, dim=1, largest=False).values
-            active = active.clamp(max=ncand - 1)
-            act_scores = cand_scores.gather(1, active)
-            act_rows = cand_rows.gather(1, active)
-            act_tokens = cand_tokens.gather(1, active)
+            if self.sampling:
+                # ---- every beam continues with its own draw; one that drew EOS is finished and stays dead
+                # (score -inf: never finalized again), like fairseq's cands_to_ignore
+                act_scores = cand_scores.masked_fill(eos_mask, NEG_INF)
+                act_rows, act_tokens = cand_rows, cand_tokens
+            else:
+                # ---- the first k non-EOS candidates continue
+                ncand = cand_scores.size(1)
+                order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
+                active = order_key.topk(k, dim=1, largest=False).values
+                active = active.clamp(max=ncand - 1)
+                act_scores = cand_scores.gather(1, active)
+                act_rows = cand_rows.gather(1, active)
+                act_tokens = cand_tokens.gather(1, active)
 
             done = self._done(fin, sent_ids, act_scores, sent_max, step)
             keep = None

@@ -1,9 +1,13 @@
 """Candidate selection by sampling (``--sampling``, top-k, nucleus) instead of beam search's top-k.
 
-The search loop asks for ``2 * beam`` candidates per sentence, as in beam search, so the EOS handling is
-shared: here each active beam draws two tokens (with replacement) from its (optionally truncated)
-distribution, and the candidates are sorted by their cumulative score. Scores stay those of the
-un-truncated distribution (with temperature), as fairseq reports them.
+fairseq's ``Sampling`` search (fairseq/search.py, ``Sampling.step``): the ``beam`` hypotheses of a sentence are
+``beam`` independent samples. Each step every beam draws **one** token from its own (temperature-scaled,
+optionally truncated) distribution and continues with it; at the first step, where all beams are the same
+sentence start, the ``beam`` tokens are drawn (with replacement) from that one distribution. The candidates
+are returned in beam order, one per beam, and are never re-ranked by score: beam ``b``'s candidate is beam
+``b``'s continuation (keeping the likelier of several draws, as an earlier version did, is no longer a draw
+from the distribution). Scores stay those of the un-truncated distribution (with temperature), as fairseq
+reports them. How the search finishes sampled beams is in generation/beam_search.py.
 """
 from __future__ import annotations
 
@@ -30,26 +34,22 @@ def truncate(lprobs: torch.Tensor, topk: int = -1, topp: float = -1.0) -> torch.
 
 def sample_candidates(lprobs: torch.Tensor, prev_scores: Optional[torch.Tensor], bsz: int, beam: int,
                       topk: int, topp: float, generator: Optional[torch.Generator]):
-    """``(cand_scores, cand_indices)`` of shape ``[bsz, 2*beam]``, indices into the flattened beam×V space.
+    """``(cand_scores, cand_indices)`` of shape ``[bsz, beam]``: candidate ``b`` of a sentence is the token beam
+    ``b`` drew, its index into the flattened beam×V space and its cumulative score.
 
-    ``lprobs`` is ``[bsz*beam, V]``; ``prev_scores`` the cumulative scores ``[bsz*beam]`` (None at step 0,
-    where all beams are the same and ``2*beam`` tokens are drawn from the first).
+    At step 0 (``prev_scores`` None) ``lprobs`` is ``[bsz, V]``, one row per sentence, from which ``beam``
+    tokens are drawn, all continuing beam 0. Later it is ``[bsz*beam, V]`` and ``prev_scores`` the cumulative
+    scores ``[bsz*beam]``: one token is drawn from each row.
     """
     vocab = lprobs.size(-1)
     probs = truncate(lprobs, topk, topp).exp()
     dead = probs.sum(-1) <= 0
-    if dead.any():  # a beam with no possible token (forced away): draw anything, its score stays -inf
+    if dead.any():  # a row with no possible token (forced away): draw anything, its score stays -inf
         probs[dead] = 1.0
     if prev_scores is None:
-        first = probs.view(bsz, beam, vocab)[:, 0]
-        tok = torch.multinomial(first, 2 * beam, replacement=True, generator=generator)  # [bsz, 2k]
-        scores = lprobs.view(bsz, beam, vocab)[:, 0].gather(1, tok)
-        indices = tok  # beam 0
-    else:
-        tok = torch.multinomial(probs, 2, replacement=True, generator=generator)  # [bsz*k, 2]
-        scores = lprobs.gather(1, tok) + prev_scores.unsqueeze(1)
-        beams = torch.arange(beam, device=lprobs.device).repeat(bsz).unsqueeze(1)
-        indices = (beams * vocab + tok).view(bsz, 2 * beam)
-        scores = scores.view(bsz, 2 * beam)
-    scores, order = scores.sort(dim=1, descending=True)
-    return scores, indices.gather(1, order)
+        tok = torch.multinomial(probs, beam, replacement=True, generator=generator)  # [bsz, beam]
+        return lprobs.gather(1, tok), tok  # every candidate continues beam 0 (index = token)
+    tok = torch.multinomial(probs, 1, replacement=True, generator=generator)  # [bsz*beam, 1]
+    scores = (lprobs.gather(1, tok) + prev_scores.unsqueeze(1)).view(bsz, beam)
+    beams = torch.arange(beam, device=lprobs.device).repeat(bsz).unsqueeze(1)
+    return scores, (beams * vocab + tok).view(bsz, beam)
