@@ -3,10 +3,12 @@ its checkpoints decode here as fairseq-generate decodes them, its data-bin reads
 our exports decode in fairseq as here, and loading a checkpoint never runs pickled code."""
 from __future__ import annotations
 
+import argparse
 import collections
 import os
 import pathlib
 import pickle
+import re
 import subprocess
 import sys
 
@@ -204,3 +206,104 @@ def test_weights_round_trip_through_fairseq_names(options):
     assert ("encoder.layernorm_embedding.weight" in theirs) == bool(options.get("layernorm_embedding"))
     back = fairseq.convert_state_dict(theirs, src.pad())
     assert set(back) == set(state) and all(torch.equal(back[k], v) for k, v in state.items())
+
+
+def old_fairseq_layout(state: dict, tied: bool = True) -> dict:
+    """A fairseq 0.12 ``state_dict`` under the names of the 2018-2019 checkpoints, which fairseq 0.12 renames on
+    load (``upgrade_state_dict_named`` of MultiheadAttention, TransformerEncoderLayer and TransformerDecoder):
+    fused ``in_proj_weight``/``in_proj_bias`` ([Q; K; V]) per attention, ``layers.N.layer_norms.K`` (encoder 0
+    self-attention, 1 FFN; decoder 0, 1 encoder attention, 2 FFN), no ``version`` (read as 1), the buffers old
+    sinusoidal modules saved, and with ``tied=False`` the output matrix as ``decoder.embed_out`` and separate
+    embedding tensors (the checkpoint's args then say nothing is shared)."""
+    old = {}
+    norms = {"encoder": {"self_attn_layer_norm": 0, "final_layer_norm": 1},
+             "decoder": {"self_attn_layer_norm": 0, "encoder_attn_layer_norm": 1, "final_layer_norm": 2}}
+    for key, value in state.items():
+        attn = re.match(r"(.*\.(?:self_attn|encoder_attn))\.([qkv])_proj\.(weight|bias)$", key)
+        norm = re.match(r"(encoder|decoder)(\.layers\.\d+\.)(\w+_layer_norm)\.(weight|bias)$", key)
+        if attn:
+            prefix, part = attn.group(1), attn.group(3)
+            if attn.group(2) == "q":
+                old[f"{prefix}.in_proj_{part}"] = torch.cat([state[f"{prefix}.{x}_proj.{part}"] for x in "qkv"])
+        elif norm:
+            side, mid, name, part = norm.groups()
+            old[f"{side}{mid}layer_norms.{norms[side][name]}.{part}"] = value
+        elif key.endswith(".version"):
+            continue
+        elif key == "decoder.output_projection.weight":
+            if not tied:
+                old["decoder.embed_out"] = value.clone()
+        elif key.endswith("embed_tokens.weight") and not tied:
+            old[key] = value.clone()
+        else:
+            old[key] = value
+    for side in ("encoder", "decoder"):
+        if f"{side}.embed_positions.weight" not in state:  # sinusoidal: the buffers old fairseq saved
+            old[f"{side}.embed_positions._float_tensor"] = torch.zeros(1)
+            old[f"{side}.embed_positions.weights"] = torch.zeros(8, 32)
+    return old
+
+
+def rewrite(path: pathlib.Path, source: str, model=None, **args) -> str:
+    """The fixture ``source`` saved again in the ``args`` layout (a Namespace, as fairseq <= 0.9 wrote it), with
+    ``model`` as its weights and ``args`` overriding its options."""
+    state = fairseq_pickle.load(str(FIX / source))
+    options = state["args"] if state.get("args") else state["cfg"]["model"]
+    torch.save({"args": argparse.Namespace(**{**options, **args}),
+                "model": state["model"] if model is None else model}, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["shared", "embed_out"])
+def test_old_fairseq_weight_names_load_as_fairseq_renames_them(tied, tmp_path, capsys):
+    """The published 2018-2019 models carry fused in_proj weights, layer_norms.N and decoder.embed_out.
+
+    Reference: the same rewrite (this function's code) of postnorm/model-args.pt, decoded by real fairseq-generate
+    0.12.3.1 with the fixtures' command (beam 4, nbest 2, lenpen 0.6): 100 of 100 n-best lists identical to
+    postnorm/generate-beam4.txt, scores within 5.7e-6, in both variants. Before this test, import stopped at a
+    KeyError on 'encoder.layers.0.self_attn.q_proj.weight'."""
+    state = fairseq_pickle.load(str(FIX / "postnorm" / "model-args.pt"))
+    shared = {} if tied else dict(share_all_embeddings=False, share_decoder_input_output_embed=False)
+    path = rewrite(tmp_path / "old.pt", "postnorm/model-args.pt", old_fairseq_layout(state["model"], tied), **shared)
+    converted = fairseq.load_checkpoint(path)["model"]
+    reference = fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"]
+    if tied:
+        assert set(converted) == set(reference)
+        assert all(torch.equal(converted[k], v) for k, v in reference.items())
+    else:  # separate matrices holding the shared one's values
+        embed = reference["encoder.embed.embed_tokens.weight"]
+        assert torch.equal(converted["decoder.output_projection.weight"], embed)
+        assert torch.equal(converted["decoder.embed.embed_tokens.weight"], embed)
+        assert set(converted) == set(reference) | {"decoder.output_projection.weight"}
+    assert_same_as_fairseq(decode(capsys, path, "--beam", "4", "--nbest", "2"), FIX / "postnorm" / "generate-beam4.txt")
+
+
+def test_a_missing_fairseq_tensor_is_named_on_one_line():
+    state = dict(fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))["model"])
+    del state["decoder.layers.1.encoder_attn.k_proj.bias"]
+    with pytest.raises(NmtError, match=r"^fairseq tensor 'decoder\.layers\.1\.encoder_attn\.k_proj\.bias' is "
+                                       r"missing[^\n]*$"):
+        fairseq.convert_state_dict(state)
+
+
+@pytest.mark.parametrize("versions,refused", [
+    ({}, "encoder.version"), ({"encoder.version": 2.0, "decoder.version": 2.0}, "decoder.version"),
+    ({"encoder.version": 2.0, "decoder.version": 3.0}, None)])
+def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(versions, refused, tmp_path):
+    """fairseq 0.12 drops the final LayerNorm of a pre-norm encoder whose ``encoder.version`` is < 2 and of a
+    decoder whose ``decoder.version`` is <= 2 (absent = 1), even when the weights are there (checked with real
+    fairseq on prenorm/model.pt: no version keys -> both layer_norm None; decoder.version 2 -> the decoder's None;
+    encoder.version 2 -> both kept). Our pre-norm stack always ends with one: refused by name, not mis-decoded."""
+    state = fairseq_pickle.load(str(FIX / "prenorm" / "model.pt"))["model"]
+    model = {k: v for k, v in state.items() if not k.endswith(".version")}
+    model.update({k: torch.tensor([v]) for k, v in versions.items()})
+    path = rewrite(tmp_path / "old.pt", "prenorm/model.pt", model)
+    if refused is None:
+        assert "decoder.layer_norm.weight" in fairseq.load_checkpoint(path)["model"]
+        return
+    with pytest.raises(NmtError, match=rf"^{re.escape(path)}: {re.escape(refused)} .*no final LayerNorm"):
+        fairseq.load_checkpoint(path)
+    postnorm = rewrite(tmp_path / "post.pt", "postnorm/model.pt", {
+        k: v for k, v in fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))["model"].items()
+        if not k.endswith(".version")})
+    fairseq.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop

@@ -9,6 +9,11 @@ function; ``tests/parity/`` checks that against numbers recorded from real fairs
 Learned positional tables: fairseq counts positions from ``padding_idx + 1`` and keeps the unused rows
 ``0 .. padding_idx``; ours starts at position 0, so those rows are dropped. Sinusoidal encodings carry no
 weights (our model must be built with ``sinusoid_layout="fairseq"`` to compute fairseq's).
+
+Checkpoints of older fairseq releases (the published 2018–2019 WMT models) use older names, which fairseq
+0.12 renames when it loads them (``upgrade_state_dict_named``); :func:`upgrade_state_dict` applies the same
+renames first. Their ``encoder.version``/``decoder.version`` also decide whether fairseq applies a pre-norm
+stack's final LayerNorm (:func:`final_norms_dropped`).
 """
 from __future__ import annotations
 
@@ -44,18 +49,76 @@ _UNSUPPORTED = ("adaptive_softmax_cutoff", "adaptive_input", "no_token_positiona
 
 _LAYER_NORMS = {"self_attn_layer_norm": "self_attn_res.norm", "encoder_attn_layer_norm": "encoder_attn_res.norm",
                 "final_layer_norm": "ffn_res.norm"}
-_IGNORED = re.compile(r"(^|\.)(version|_float_tensor)$|embed_positions\._float_tensor$")
+#: buffers fairseq does not load: the versions (read by :func:`final_norms_dropped`) and the sinusoidal
+#: modules' ``_float_tensor``/``weights`` that older releases saved (SinusoidalPositionalEmbedding deletes them)
+_IGNORED = re.compile(r"(^|\.)(version|_float_tensor)$|embed_positions\.(_float_tensor|weights)$")
+#: older releases' layer norm names (TransformerEncoderLayer / TransformerDecoder.upgrade_state_dict_named)
+_OLD_LAYER_NORMS = {"encoder": {"0": "self_attn_layer_norm", "1": "final_layer_norm"},
+                    "decoder": {"0": "self_attn_layer_norm", "1": "encoder_attn_layer_norm", "2": "final_layer_norm"}}
 
 
-def convert_state_dict(state: Mapping[str, torch.Tensor], padding_idx: int = 1) -> dict[str, torch.Tensor]:
-    """Our ``state_dict`` from a fairseq ``transformer`` model's ``state_dict`` (``checkpoint["model"]``).
+def upgrade_state_dict(state: Mapping[str, torch.Tensor],
+                       share_decoder_input_output_embed: bool | None = None) -> dict[str, torch.Tensor]:
+    """``state`` under fairseq 0.12's names, renamed as fairseq 0.12 renames an older checkpoint on load.
 
-    Raises :class:`NmtError` naming any fairseq tensor it does not know how to place, so that a model with
-    an unsupported feature (layernorm_embedding, adaptive softmax, …) is refused instead of half-loaded."""
+    - ``*.self_attn.in_proj_weight``/``in_proj_bias`` (and ``encoder_attn``): [Q; K; V] stacked along the output
+      dimension → ``q_proj``/``k_proj``/``v_proj`` (MultiheadAttention);
+    - ``encoder.layers.N.layer_norms.{0,1}`` → ``self_attn_layer_norm``/``final_layer_norm``
+      (TransformerEncoderLayer); ``decoder.layers.N.layer_norms.{0,1,2}`` → ``self_attn_layer_norm``/
+      ``encoder_attn_layer_norm``/``final_layer_norm`` (TransformerDecoder);
+    - ``decoder.embed_out`` → ``decoder.output_projection.weight`` when there is none and the output matrix is
+      not tied (TransformerDecoder; ``None`` = the checkpoint's options are unknown: rename it whenever present).
+    """
+    out = dict(state)
+    for key in [k for k in out if k.endswith("in_proj_weight")]:
+        prefix = key[: -len("in_proj_weight")]
+        weight = out.pop(key)
+        dim = weight.shape[0] // 3
+        for i, x in enumerate("qkv"):
+            out[f"{prefix}{x}_proj.weight"] = weight[i * dim:(i + 1) * dim]
+        if f"{prefix}in_proj_bias" in out:
+            bias = out.pop(f"{prefix}in_proj_bias")
+            for i, x in enumerate("qkv"):
+                out[f"{prefix}{x}_proj.bias"] = bias[i * dim:(i + 1) * dim]
+    for key in list(out):
+        m = re.match(r"(encoder|decoder)(\.layers\.\d+\.)layer_norms\.(\d+)\.(weight|bias)$", key)
+        if m and m.group(3) in _OLD_LAYER_NORMS[m.group(1)]:
+            out[f"{m.group(1)}{m.group(2)}{_OLD_LAYER_NORMS[m.group(1)][m.group(3)]}.{m.group(4)}"] = out.pop(key)
+    if "decoder.output_projection.weight" not in out and "decoder.embed_out" in out \
+            and not share_decoder_input_output_embed:
+        out["decoder.output_projection.weight"] = out.pop("decoder.embed_out")
+    return out
+
+
+def final_norms_dropped(state: Mapping[str, torch.Tensor]) -> list[str]:
+    """The sides (``encoder.version``, ``decoder.version``) whose version makes fairseq 0.12 leave out a pre-norm
+    stack's final LayerNorm: encoder version < 2, decoder version <= 2, an absent version counting as 1
+    ("earlier checkpoints did not normalize after the stack of layers"; the weights are ignored if present)."""
+    def version(side: str) -> float:
+        value = state.get(f"{side}.version")
+        return float(value.reshape(-1)[0]) if isinstance(value, torch.Tensor) and value.numel() else 1.0
+
+    return [f"{side}.version {version(side):g}" for side, dropped in
+            (("encoder", version("encoder") < 2), ("decoder", version("decoder") <= 2)) if dropped]
+
+
+def convert_state_dict(state: Mapping[str, torch.Tensor], padding_idx: int = 1,
+                       share_decoder_input_output_embed: bool | None = None) -> dict[str, torch.Tensor]:
+    """Our ``state_dict`` from a fairseq ``transformer`` model's ``state_dict`` (``checkpoint["model"]``), older
+    names renamed first (:func:`upgrade_state_dict`). ``share_decoder_input_output_embed``: whether the model
+    ties its output matrix to the decoder embeddings (``None``: tied when the tensors are equal).
+
+    Raises :class:`NmtError` naming a tensor the layout needs and the checkpoint lacks, or any fairseq tensor
+    it does not know how to place, so that a model with an unsupported feature (adaptive softmax, …) is
+    refused instead of half-loaded."""
+    state = upgrade_state_dict(state, share_decoder_input_output_embed)
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set()
 
     def take(name: str) -> torch.Tensor:
+        if name not in state:
+            raise NmtError(f"fairseq tensor {name!r} is missing (a transformer layer has it; the checkpoint is "
+                           "truncated or of another architecture)")
         used.add(name)
         return state[name]
 
@@ -89,8 +152,10 @@ def convert_state_dict(state: Mapping[str, torch.Tensor], padding_idx: int = 1) 
                         out[f"{dst}{ours}.{part}"] = take(f"{src}{theirs}.{part}")
     if "decoder.output_projection.weight" in state:
         proj = take("decoder.output_projection.weight")
-        tied = proj.data_ptr() == state.get("decoder.embed_tokens.weight", proj).data_ptr() or torch.equal(
-            proj, state.get("decoder.embed_tokens.weight", torch.empty(0)))
+        tied = share_decoder_input_output_embed
+        if tied is None:
+            tied = proj.data_ptr() == state.get("decoder.embed_tokens.weight", proj).data_ptr() or torch.equal(
+                proj, state.get("decoder.embed_tokens.weight", torch.empty(0)))
         if not tied:
             out["decoder.output_projection.weight"] = proj
     left = sorted(k for k in state if k not in used and not _IGNORED.search(k))
@@ -181,7 +246,16 @@ def load_checkpoint(path: str) -> dict:
     args = model_args(state, path)
     cfg = transformer_config(args, path)
     pad = int(args.get("pad", 1) if isinstance(args.get("pad", 1), int) else 1)
-    weights = convert_state_dict(state["model"], pad)
+    if cfg.normalize_before:
+        dropped = final_norms_dropped(state["model"])
+        if dropped:
+            raise NmtError(f"{path}: {dropped[0]} (an older fairseq release): fairseq applies no final LayerNorm "
+                           "after this pre-norm stack, and our pre-norm transformer always applies one; not supported")
+    share = bool(args.get("share_decoder_input_output_embed") or args.get("share_all_embeddings"))
+    try:
+        weights = convert_state_dict(state["model"], pad, share)
+    except NmtError as exc:
+        raise NmtError(f"{path}: {exc}") from None
     return {"model": weights, "version": VERSION,
             "config": {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
                        "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path,
