@@ -307,3 +307,19 @@ def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(vers
         k: v for k, v in fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))["model"].items()
         if not k.endswith(".version")})
     fairseq.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
+
+
+def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp_path):
+    """fairseq's --no-decoder-final-norm leaves a pre-norm decoder without its final LayerNorm (real fairseq
+    0.12.3.1 on prenorm/model.pt with the option set and decoder.layer_norm.* removed: decoder.layer_norm is None;
+    with the weights kept it refuses the unexpected keys). Our pre-norm decoder always ends with one: refused by
+    name (before: 'tensor decoder.layer_norm.weight is missing' when decoding). A post-norm decoder has no final
+    norm either way, so there the option changes nothing and is accepted."""
+    state = fairseq_pickle.load(str(FIX / "prenorm" / "model.pt"))["model"]
+    path = rewrite(tmp_path / "pre.pt", "prenorm/model.pt",
+                   {k: v for k, v in state.items() if not k.startswith("decoder.layer_norm.")},
+                   no_decoder_final_norm=True)
+    with pytest.raises(NmtError, match=r"fairseq option no_decoder_final_norm=True is not supported"):
+        fairseq.load_checkpoint(path)
+    post = fairseq.load_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
+    assert post["model"].keys() == fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()

@@ -204,6 +204,9 @@ def transformer_config(args: dict, path: str = "checkpoint"):
     for name in _UNSUPPORTED:
         if args.get(name) not in (None, False, 0, "", []):
             raise NmtError(f"{path}: fairseq option {name}={args[name]!r} is not supported")
+    if args.get("no_decoder_final_norm") and args.get("decoder_normalize_before"):  # post-norm: no final norm anyway
+        raise NmtError(f"{path}: fairseq option no_decoder_final_norm={args['no_decoder_final_norm']!r} is not "
+                       "supported (a pre-norm decoder without its final LayerNorm; ours always applies one)")
     for name in ("decoder_output_dim", "decoder_input_dim"):
         if args.get(name) not in (None, args.get("decoder_embed_dim")):
             raise NmtError(f"{path}: fairseq option {name}={args[name]!r} differs from decoder_embed_dim; not supported")
