@@ -49,3 +49,26 @@ def test_checksum_follows_the_ids_not_the_counts():
     swapped = Dictionary.from_counts(Counter({"a": 1, "b": 5}), padding_factor=1)
     assert a.checksum() == b.checksum() == hashlib.sha256("<s>\n<pad>\n</s>\n<unk>\na\nb".encode()).hexdigest()
     assert swapped.checksum() != a.checksum()
+
+
+def test_fairseq_overwrite_lines_append_a_slot_as_fairseq_does(tmp_path):
+    """``#fairseq:overwrite`` makes fairseq's ``add_symbol(word, n, overwrite=True)`` append a new slot that the
+    symbol then maps to; the earlier slot stays. Numbers from real fairseq 0.12.3.1 (``Dictionary.load`` on this
+    file, then ``len``, ``symbols``, ``count``, ``index``, ``encode_line('a b <unk> zzz')``):
+    length 8, symbols <s> <pad> </s> <unk> a <unk> b a, counts 1 1 1 1 5 1 3 7, index a 7, b 6, <unk> 5,
+    an unknown word 3 (``unk()`` stays 3), ids [7, 6, 5, 3, 2]. Without the last line: length 7, b at 6."""
+    path = tmp_path / "dict.txt"
+    path.write_text("a 5\n<unk> 1 #fairseq:overwrite\nb 3\na 7 #fairseq:overwrite\n")
+    d = Dictionary.load(str(path))
+    assert len(d) == 8 and d.symbols == ["<s>", "<pad>", "</s>", "<unk>", "a", "<unk>", "b", "a"]
+    assert d.count == [1, 1, 1, 1, 5, 1, 3, 7]
+    assert [d.index(w) for w in ("a", "b", "<unk>", "zzz")] == [7, 6, 5, 3] and d.unk() == 3
+    assert d.encode_line("a b <unk> zzz").tolist() == [7, 6, 5, 3, 2]
+    path.write_text("a 5\n<unk> 1 #fairseq:overwrite\nb 3\n")
+    assert len(Dictionary.load(str(path))) == 7 and Dictionary.load(str(path)).index("b") == 6
+    # saved with the flag on each repeated symbol, so that the file loads again here and in fairseq
+    # (fairseq's own save drops the flag and then refuses its file as a duplicate)
+    d.save(str(path))
+    assert path.read_text().splitlines() == ["a 5", "<unk> 1 #fairseq:overwrite", "b 3", "a 7 #fairseq:overwrite"]
+    again = Dictionary.load(str(path))
+    assert again.symbols == d.symbols and again.count == d.count and again.index("a") == 7

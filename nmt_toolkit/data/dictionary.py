@@ -4,6 +4,10 @@ The four special symbols are never written to the file; they always take the fir
 
     0 <s>    1 <pad>    2 </s>    3 <unk>    4… the file's symbols, in file order
 
+A line ending in ``#fairseq:overwrite`` may repeat a symbol: as in fairseq, it takes a new index at the end
+and the symbol maps to that one from then on; the earlier slot stays, so every later symbol's index is one
+higher than without the line.
+
 The vocabulary is padded to a multiple of ``padding_factor`` (8) with ``madeupword0000``,
 ``madeupword0001``… of count 0, exactly as fairseq's ``Dictionary.pad_to_multiple_``, and like fairseq
 those fillers are written to the file too, so a file written here loads unchanged in fairseq and back.
@@ -87,8 +91,10 @@ class Dictionary:
     def index(self, sym: str) -> int:
         return self.indices[sym]
 
-    def add_symbol(self, word: str, n: int = 1) -> int:
-        if dict.__contains__(self.indices, word):
+    def add_symbol(self, word: str, n: int = 1, overwrite: bool = False) -> int:
+        """Index of ``word``, its count raised by ``n``; a new slot at the end when it is new or ``overwrite``
+        (fairseq's ``#fairseq:overwrite``: the symbol then maps to the new slot, the old one stays)."""
+        if dict.__contains__(self.indices, word) and not overwrite:
             idx = self.indices[word]
             self.count[idx] += n
             return idx
@@ -141,11 +147,9 @@ class Dictionary:
                     if not sep or not word or not field.isdigit():
                         raise DataError(f"dictionary {path} line {lineno}: expected 'symbol count', got {line[:60]!r}")
                     if dict.__contains__(d.indices, word) and not overwrite:
-                        raise DataError(f"dictionary {path} line {lineno}: duplicate symbol {word!r}")
-                    if overwrite and dict.__contains__(d.indices, word):
-                        d.count[d.indices[word]] = int(field)
-                    else:
-                        d.add_symbol(word, int(field))
+                        raise DataError(f"dictionary {path} line {lineno}: duplicate symbol {word!r} (add "
+                                        "#fairseq:overwrite to the line to give it a new index)")
+                    d.add_symbol(word, int(field), overwrite=overwrite)
             except UnicodeDecodeError:
                 raise DataError(f"dictionary {path}: not valid UTF-8") from None
         return d
@@ -155,7 +159,14 @@ class Dictionary:
             handle.write(self.to_text())
 
     def to_text(self) -> str:
-        return "".join(f"{s} {c}\n" for s, c in zip(self.symbols[self.nspecial:], self.count[self.nspecial:]))
+        """The file's lines; a symbol that already has an earlier index carries ``#fairseq:overwrite``, so that
+        the file loads back to the same indices here and in fairseq."""
+        seen = set(self.symbols[:self.nspecial])
+        lines = []
+        for s, c in zip(self.symbols[self.nspecial:], self.count[self.nspecial:]):
+            lines.append(f"{s} {c} #fairseq:overwrite\n" if s in seen else f"{s} {c}\n")
+            seen.add(s)
+        return "".join(lines)
 
     # ------------------------------------------------------------------ encoding
     def encode_tokens(self, tokens: Sequence[str]) -> np.ndarray:
