@@ -43,7 +43,8 @@ def _model(vocab=60, **kw):
 @pytest.mark.parametrize("variant", [
     {}, {"normalize_before": True}, {"share_all_embeddings": True}, {"share_decoder_input_output_embed": True},
     {"no_scale_embedding": True}, {"positional_embeddings": "learned", "max_positions": 64},
-    {"sinusoid_layout": "fairseq"}, {"activation_fn": "gelu"}])
+    {"sinusoid_layout": "fairseq"}, {"activation_fn": "gelu"}, {"layernorm_embedding": True},
+    {"layernorm_embedding": True, "normalize_before": True}])
 def test_exported_model_scores_like_our_model(tmp_path, variant):
     """CTranslate2's score_batch log-probabilities equal our model's, token by token (1e-4)."""
     model, d = _model(**variant)

@@ -7,7 +7,8 @@ the output (``out_proj``); encoder–decoder attention ``linear[0]`` is Q (``q_p
 fused [K; V] (``kv_proj``), ``linear[2]`` the output; each sub-layer's ``layer_norm`` is our residual
 wrapper's norm (applied before the sub-layer with ``pre_norm``, after the residual sum without);
 ``ffn.linear_0``/``linear_1`` are ``fc1``/``fc2``; ``decoder.projection`` is the pre-softmax matrix
-(the tied embedding when shared; CTranslate2 stores equal arrays once).
+(the tied embedding when shared; CTranslate2 stores equal arrays once). ``--layernorm-embedding`` is the
+spec's ``layernorm_embedding`` of each stack (a LayerNorm on embeddings + positions).
 
 Positions. Without an explicit table CTranslate2 computes its own sinusoid, laid out as tensor2tensor
 does (all sines, then all cosines, timescales ``10000^(i / (d/2 - 1))``) — not the paper's interleaved
@@ -89,7 +90,7 @@ def build_spec(model, src_dict, tgt_dict):
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation_fn]
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.attention_heads, pre_norm=cfg.normalize_before,
-        activation=activation)
+        activation=activation, layernorm_embedding=cfg.layernorm_embedding)
 
     def array(tensor):
         return np.ascontiguousarray(tensor.detach().float().cpu().numpy())
@@ -106,6 +107,8 @@ def build_spec(model, src_dict, tgt_dict):
         embeddings.weight = array(side.embed.embed_tokens.weight)
         target.scale_embeddings = not cfg.no_scale_embedding  # True: x sqrt(d_model), as our _Embedder
         target.position_encodings.encodings = position_table(side.embed, cfg)
+        if cfg.layernorm_embedding:  # on embeddings + positions, before the first layer, as our _Embedder
+            norm(target.layernorm_embedding, side.embed.layernorm)
         if cfg.normalize_before:
             norm(target.layer_norm, side.layer_norm)
 
