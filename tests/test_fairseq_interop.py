@@ -323,3 +323,17 @@ def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp
         fairseq.load_checkpoint(path)
     post = fairseq.load_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
     assert post["model"].keys() == fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
+
+
+def test_torch_force_weights_only_load_is_named_instead_of_a_misleading_error(monkeypatch, capfd):
+    """TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 makes torch.load refuse any unpickler but its own, which cannot hold the
+    Namespace/omegaconf configuration of a fairseq checkpoint. Before, nmt-generate said only 'not a readable
+    nmt_toolkit checkpoint (not a zip archive …)'; now the variable is named with what to do."""
+    monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    path = str(FIX / "postnorm" / "model.pt")
+    with pytest.raises(DataError, match=r"TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 is set .*unset it"):
+        fairseq.load_checkpoint(path)  # nmt-convert --from fairseq
+    capfd.readouterr()
+    assert generate([BIN, "--path", path, *FAIRSEQ_STYLE]) == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if " | INFO | " not in line]
+    assert len(err) == 1 and path in err[0] and "TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 is set" in err[0], err

@@ -17,6 +17,7 @@ stack's final LayerNorm (:func:`final_norms_dropped`).
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Mapping
 
@@ -276,6 +277,9 @@ def load_any_checkpoint(path: str) -> dict:
     try:
         return load_ours(path)
     except DataError as ours:
+        if fairseq_pickle.forced_weights_only() and os.path.isfile(path):  # then no fairseq file can be read
+            raise DataError(f"{ours}; if it is a fairseq checkpoint, it cannot be read while "
+                            f"{fairseq_pickle.weights_only_note()}") from None
         try:
             state = fairseq_pickle.load(path)
         except DataError as theirs:

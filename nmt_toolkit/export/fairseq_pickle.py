@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import pickle
 from typing import Any
 
@@ -93,9 +94,25 @@ class _PickleModule:
         return _Unpickler(f, **kwargs).load()
 
 
+def forced_weights_only() -> str | None:
+    """The value of ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` when it is set to one that torch.load obeys (torch's own
+    test: 1, y, yes, true). torch.load then uses only its weights-only unpickler and refuses ours outright."""
+    value = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0")
+    return value if value.lower() in ("1", "y", "yes", "true") else None
+
+
+def weights_only_note() -> str:
+    """Why a fairseq checkpoint cannot be read under ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``, and what to do."""
+    return (f"TORCH_FORCE_WEIGHTS_ONLY_LOAD={forced_weights_only()} is set (torch.load then unpickles only "
+            "tensors, and a fairseq checkpoint also holds its options as argparse/omegaconf objects); unset it to "
+            "read fairseq checkpoints: they are read through an allow-list, so no pickled code runs either way")
+
+
 def load(path: str) -> dict:
     """The checkpoint at ``path`` as plain dicts, lists, scalars and tensors; a DataError naming the file and
     the refused class for anything that is not."""
+    if forced_weights_only() and os.path.isfile(path):
+        raise DataError(f"{path}: cannot be read as a fairseq checkpoint: {weights_only_note()}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_PickleModule)
     except pickle.UnpicklingError as exc:
