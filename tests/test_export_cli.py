@@ -35,9 +35,6 @@ HIDDEN = ("import sys; sys.modules['ctranslate2'] = None; from nmt_toolkit.cli.g
           "sys.exit(run(sys.argv[1:]))")
 
 
-@pytest.mark.xfail(strict=True, reason="generation/ct2_engine.py: CTranslate2Generator.__del__ calls close() on an "
-                                       "object whose __init__ failed before setting _tmp (an AttributeError "
-                                       "traceback after the error line)")
 def test_generate_with_engine_ctranslate2_without_it_prints_one_line():
     """A process of its own, so that the garbage collector's output at exit reaches stderr as a user sees it."""
     import subprocess

@@ -81,11 +81,11 @@ class CTranslate2Generator:
 
     def __init__(self, path: str, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None,
                  scores: bool = True):
+        self._tmp = None  # first: close() (from __del__) runs even when the lines below raise
         ct2 = require_ctranslate2()
         self.gen, self.src_dict, self.tgt_dict = gen, task.src_dict, task.tgt_dict
         self.scores = scores  # False (nmt-generate --quiet prints no scores): no score_batch pass
         self.eos, self.pad = self.tgt_dict.eos(), self.tgt_dict.pad()
-        self._tmp = None
         if os.path.isdir(path):
             folder = path
         elif os.path.isfile(path):  # a checkpoint: export it for this run
