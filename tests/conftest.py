@@ -51,3 +51,12 @@ def _few_threads():
     torch.set_num_threads(min(2, before))
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def trained_translation(tmp_path_factory):
+    """Two small models that learned to upper-case sentences (tests/trained_model.py), trained once a session:
+    ``.root`` (raw text), ``.data`` (data-bin), ``.first`` and ``.second`` (checkpoints of two seeds)."""
+    from trained_model import train_models
+
+    return train_models(tmp_path_factory.mktemp("trained"))
