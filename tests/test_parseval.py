@@ -38,6 +38,17 @@ def test_blank_lines_are_no_parse_but_trailing_ones_are_dropped():
     assert len(read_trees(["(S (NN a))", "", "(S (NN b))", "", ""])) == 3
 
 
+def test_a_carriage_return_inside_a_line_is_a_space(tmp_path):
+    # evalb.c reads one line per \n (fgets) and takes \r for a space; str.splitlines() made two broken lines.
+    gold, test = tmp_path / "gold.trees", tmp_path / "test.trees"
+    gold.write_bytes(b"(S (NP (NN a))\r(VP (VB b)))\n(S (NN c\xc2\x85d))\n")
+    test.write_bytes(b"(S (NP (NN a)) (VP\r(VB b)))\r\n(S (NN c\xc2\x85d))\n")
+    trees = read_trees(gold)
+    assert len(trees) == 2 and trees[1].leaves() == ["c\x85d"]  # U+0085 is no space for evalb.c either
+    result = evaluate(trees, read_trees(test))
+    assert (result.overall.valid_sentences, result.overall.matched, result.f1) == (2, 4, 100)
+
+
 def test_function_tags_are_cut_but_dash_labels_stay():
     assert [strip_function_tags(x) for x in ["NP-SBJ-1", "NP=2", "ADVP-DIR=4", "-NONE-", "-LRB-", "PRT|ADVP"]] == \
         ["NP", "NP", "ADVP", "-NONE-", "-LRB-", "PRT|ADVP"]
@@ -259,6 +270,14 @@ def test_other_parameter_files(tmp_path):
     prm.write_text("CUTOFF_LEN forty\n")
     with pytest.raises(ParsevalError, match="whole number"):
         load_params(prm)
+
+
+def test_parameter_lines_end_at_newline_and_keys_at_any_space(tmp_path):
+    # evalb.c: fgets lines, isspace() between key and value; U+2028 is part of a label.
+    prm = tmp_path / "mine.prm"
+    prm.write_bytes("MAX_ERROR\t3\nDELETE_LABEL A\u2028B\r\nDELETE_LABEL C\x85D\n".encode())
+    params = load_params(prm)
+    assert (params.max_error, params.delete_labels) == (3, frozenset({"A\u2028B", "C\x85D"}))
 
 
 def test_tree_objects_and_files_are_accepted(tmp_path):

@@ -31,15 +31,20 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
+from nmt_toolkit.data.lines import read_lines
 from nmt_toolkit.errors import DataError
 
 
 class ParsevalError(DataError, ValueError):
     """A tree, tree file or parameter file we cannot use; the message names the line."""
+
+
+_WS = " \t\n\v\f\r"  # C's isspace(), evalb.c's whitespace: str.split() and \s would also split at U+2028
 
 
 # --------------------------------------------------------------------------- trees
@@ -91,7 +96,7 @@ class Tree:
 
 
 # "(" with the label glued to it, ")", or a word.
-_TOKEN = re.compile(r"\(([^\s()]*)|\)|[^\s()]+")
+_TOKEN = re.compile(rf"\(([^{_WS}()]*)|\)|[^{_WS}()]+")
 
 
 def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) -> Optional[Tree]:
@@ -105,7 +110,7 @@ def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) 
     root: Optional[Tree] = None
 
     def fail(why: str) -> ParsevalError:
-        shown = text.strip()
+        shown = text.strip(_WS)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         return ParsevalError(f"{where}malformed tree: {why}: {shown}")
 
@@ -144,18 +149,20 @@ def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) 
 def read_trees(path_or_lines: Union[str, os.PathLike, Iterable[str]]) -> list[Optional[Tree]]:
     """Read one tree per line, as EVALB does; a blank line gives ``None`` (a skip sentence in a test file).
 
-    Blank lines at the end of the input are dropped, so a trailing newline does not add a sentence.
+    A path (or ``sys.stdin``) is read one line per ``\\n`` (``nmt_toolkit.data.lines``), as evalb.c's
+    ``fgets`` reads it: a ``\\r`` or U+2028 inside a line does not end it. Blank lines at the end of the
+    input are dropped, so a trailing newline does not add a sentence.
     """
-    if isinstance(path_or_lines, (str, os.PathLike)):
+    if isinstance(path_or_lines, (str, os.PathLike)) or path_or_lines is sys.stdin:
+        name = "<stdin>" if path_or_lines is sys.stdin else os.fspath(path_or_lines)
         try:
-            with open(path_or_lines, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except OSError as err:
-            raise ParsevalError(f"cannot read tree file {os.fspath(path_or_lines)}: {err.strerror}") from err
-        prefix = f"{os.fspath(path_or_lines)}: "
+            lines = read_lines("-" if path_or_lines is sys.stdin else name, f"tree file {name}")
+        except DataError as err:
+            raise ParsevalError(str(err)) from None
+        prefix = f"{name}: "
     else:
         lines, prefix = list(path_or_lines), ""
-    while lines and not lines[-1].strip():
+    while lines and not lines[-1].strip(_WS):
         lines.pop()
     trees = []
     for number, line in enumerate(lines, start=1):
@@ -206,23 +213,23 @@ COLLINS = EvalbParams(
 
 
 def load_params(path: Union[str, os.PathLike]) -> EvalbParams:
-    """Read an EVALB parameter file: ``KEY value`` lines, ``#`` comments, repeatable list keys."""
+    """Read an EVALB parameter file: ``KEY value`` lines, ``#`` comments, repeatable list keys.
+
+    Lines end at ``\\n`` and the key ends at C whitespace, as in evalb.c's ``read_parameter_file``.
+    """
     ints = {"DEBUG": "debug", "MAX_ERROR": "max_error", "CUTOFF_LEN": "cutoff_len", "LABELED": "labeled"}
     sets = {"DELETE_LABEL": "delete_labels", "DELETE_LABEL_FOR_LENGTH": "delete_labels_for_length",
             "QUOTE_LABEL": "quote_labels"}
     pairs = {"EQ_LABEL": "eq_labels", "EQ_WORD": "eq_words"}
     values: dict = {name: [] for name in (*sets.values(), *pairs.values())}
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as err:
-        raise ParsevalError(f"cannot read EVALB parameter file {os.fspath(path)}: {err.strerror}") from err
-    for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip()
+        lines = read_lines(os.fspath(path), f"EVALB parameter file {os.fspath(path)}")
+    except DataError as err:
+        raise ParsevalError(str(err)) from None
+    for number, line in enumerate(lines, start=1):
         if line.startswith("#") or len(line) < 3:  # EVALB's own rule for skipping lines
             continue
-        key, _, value = line.strip().partition(" ")
-        key, value = key.strip(), value.strip()
+        key, value = (re.split(f"[{_WS}]+", line.strip(_WS), maxsplit=1) + [""])[:2]
         where = f"{os.fspath(path)}:{number}"
         if not value:
             raise ParsevalError(f"{where}: {key} has no value")
@@ -234,7 +241,7 @@ def load_params(path: Union[str, os.PathLike]) -> EvalbParams:
         elif key in sets:
             values[sets[key]].append(value)
         elif key in pairs:
-            parts = value.split()
+            parts = re.split(f"[{_WS}]+", value)
             if len(parts) != 2:
                 raise ParsevalError(f"{where}: {key} needs two values, got {value!r}")
             values[pairs[key]].append(tuple(parts))
