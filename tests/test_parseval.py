@@ -2,6 +2,8 @@
 and evalb.c (each case says how), never copied from this implementation's output."""
 
 import dataclasses
+import pathlib
+from collections import Counter
 
 import pytest
 
@@ -25,17 +27,38 @@ def test_parse_unwraps_the_ptb_root_and_keeps_tags():
     assert str(tree) == "(S (NP-SBJ (-LRB- -LRB-) (NNP John)) (VP (VBD ran)))"
 
 
-@pytest.mark.parametrize("bad", ["(S (NP (NN a))", "(S (NN a)))", "(S (NN a b))", "(S (NN a) b)",
-                                 "(S (NN a)) (S (NN b))", "(S (NP) (NN a))", "word"])
-def test_malformed_tree_names_the_line(bad):
+@pytest.mark.parametrize("bad", ["(S (NN a b))", "(S (NN a) b)", "(S (NN a ) (NN b))", "word"])
+def test_a_line_evalb_cannot_read_raises_naming_the_line(bad, tmp_path):
+    # evalb.c loops on "Reading sentence" until MAX_ERROR kills it (fixtures fatal_*): no score exists.
     with pytest.raises(ParsevalError, match="line 2") as info:
         read_trees(["(S (NN ok))", bad])
     assert isinstance(info.value, ValueError)
+    path = tmp_path / "test.trees"
+    path.write_text(f"(S (NN ok))\n{bad}\n")
+    with pytest.raises(ParsevalError, match=r"test\.trees: line 2: .*Reading sentence"):
+        read_trees(path)
 
 
-def test_blank_lines_are_no_parse_but_trailing_ones_are_dropped():
-    assert read_trees(["(S (NN a))", "", "(S (NN b))", "", ""])[1] is None
-    assert len(read_trees(["(S (NN a))", "", "(S (NN b))", "", ""])) == 3
+@pytest.mark.parametrize("odd,status", [("(S (NP (NN a)) (NN b)", ERROR), ("(S (NN a) (NN b)))", ERROR),
+                                        ("(S (NN a)) (S (NN b))", OK), ("(S (NP) (NN a) (NN b))", OK)])
+def test_lines_evalb_reads_come_back_as_text_and_score(odd, status):
+    # Unbalanced brackets are an error sentence in evalb.c; two trees or an empty bracket are read as they are.
+    assert read_trees(["(S (NN ok))", odd])[1] == odd
+    with pytest.raises(ParsevalError):  # the strict tree parser (treebank cleaning) still refuses them
+        parse_tree(odd)
+    result = evaluate(["(S (NN ok))", "(S (NP (NN a)) (NN b))"], ["(S (NN ok))", odd])
+    assert [s.status for s in result.sentences] == [OK, status]
+    assert result.overall.valid_sentences == (2 if status == OK else 1)
+
+
+def test_blank_lines_are_no_parse_and_trailing_ones_count_when_both_files_have_them():
+    # evalb.c pairs every line (fixtures trailing_blank_lines, extra_blank_test_lines).
+    assert read_trees(["(S (NN a))", "", "(S (NN b))", "", ""]) == [parse_tree("(S (NN a))"), None,
+                                                                    parse_tree("(S (NN b))"), None, None]
+    result = evaluate(["(S (NN a))", None], ["(S (NN a))", None])
+    assert (result.overall.sentences, result.overall.skip_sentences, result.f1) == (2, 1, 100)
+    result = evaluate(["(S (NN a))"], ["(S (NN a))", None, " "])  # blank lines more: scored as evalb.c does
+    assert (result.overall.sentences, result.f1) == (1, 100)
 
 
 def test_a_carriage_return_inside_a_line_is_a_space(tmp_path):
@@ -208,6 +231,7 @@ def test_missing_parse_is_a_skip_sentence():
 
 
 def test_different_tree_counts_and_too_many_errors_raise():
+    # evalb.c would score the common line only (fixture fewer_test_lines): a departure, on purpose.
     with pytest.raises(ParsevalError, match="gold has 2 trees but test has 1"):
         evaluate(["(S (NN a))", "(S (NN b))"], ["(S (NN a))"])
     # EVALB's Error() exits once its count already exceeds MAX_ERROR: with MAX_ERROR 1, two errors pass.
@@ -216,6 +240,9 @@ def test_different_tree_counts_and_too_many_errors_raise():
     assert evaluate([gold] * 2, [bad] * 2, strict).overall.error_sentences == 2
     with pytest.raises(ParsevalError, match="MAX_ERROR=1"):
         evaluate([gold] * 3, [bad] * 3, strict)
+    # complaints count, not sentences: unbalanced and too short is two (fixture max_error_counts_calls)
+    with pytest.raises(ParsevalError, match="MAX_ERROR=1"):
+        evaluate([gold] * 2, ["(S (NN a)", bad], strict)
 
 
 # ----------------------------------------------------------------------------- len<=40 and the summary
@@ -288,3 +315,71 @@ def test_tree_objects_and_files_are_accepted(tmp_path):
     assert evaluate(trees, [str(t) for t in trees]).f1 == 100
     with pytest.raises(ParsevalError, match="cannot read"):
         read_trees(tmp_path / "missing.trees")
+
+
+# ----------------------------------------------------------------------------- against evalb.c itself
+
+EVALB = pathlib.Path(__file__).parent / "fixtures" / "evalb"  # README there: provenance and command lines
+CASES = sorted(path.name for path in EVALB.iterdir() if path.is_dir())
+SUMMARY_ROWS = {
+    "Number of sentence": "sentences", "Number of Error sentence": "error_sentences",
+    "Number of Skip  sentence": "skip_sentences", "Number of Valid sentence": "valid_sentences",
+    "Bracketing Recall": "recall", "Bracketing Precision": "precision", "Bracketing FMeasure": "f1",
+    "Complete match": "complete_match", "Average crossing": "average_crossing", "No crossing": "no_crossing",
+    "2 or less crossing": "two_or_less_crossing", "Tagging accuracy": "tagging_accuracy",
+}
+
+
+def _evalb_summary(stdout: str) -> dict:
+    """``{"All": {caption: printed value}, "len<=40": {...}}`` from evalb's ``=== Summary ===``."""
+    blocks = {}
+    for block in stdout.split("=== Summary ===")[1].split("\n-- ")[1:]:
+        title, *rows = block.strip().splitlines()
+        blocks[title.strip(" -")] = dict((caption.strip(), value.strip()) for caption, value in
+                                         (row.split("=") for row in rows))
+    return blocks
+
+
+def _evalb_table(stdout: str) -> list:
+    """(sentence id, length, status) of every row of evalb's sentence table."""
+    table = stdout.split("=" * 76 + "\n")[1]
+    return [tuple(int(x) for x in row.split()[:3]) for row in table.splitlines() if row.strip()]
+
+
+def _evalb_complaints(stderr: str) -> Counter:
+    """How many times evalb.c's Error() spoke about each sentence (its stderr lines are ``N : message``)."""
+    return Counter(int(line.split(" : ")[0]) for line in stderr.splitlines() if "Number of lines" not in line)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_summary_equals_evalb(case):
+    folder = EVALB / case
+    params = load_params(folder / "params.prm") if (folder / "params.prm").exists() else COLLINS
+    stdout, stderr = (folder / "evalb.stdout").read_text(), (folder / "evalb.stderr").read_text()
+
+    def score():
+        return evaluate(read_trees(folder / "gold.txt"), read_trees(folder / "test.txt"), params)
+
+    if int((folder / "evalb.status").read_text()) != 0:  # evalb.c stopped without a summary
+        with pytest.raises(ParsevalError, match="Reading sentence" if "Reading sentence" in stderr else "MAX_ERROR"):
+            score()
+        return
+    if case == "fewer_test_lines":  # departure: evalb.c scores the common lines only; we refuse
+        with pytest.raises(ParsevalError, match="gold has 3 trees but test has 2"):
+            score()
+        return
+    result = score()
+    evalb = _evalb_summary(stdout)
+    for title, ours in (("All", result.overall), (f"len<={params.cutoff_len}", result.short)):
+        assert set(evalb[title]) == set(SUMMARY_ROWS)
+        for caption, printed in evalb[title].items():
+            value = getattr(ours, SUMMARY_ROWS[caption])
+            if printed.endswith("nan"):  # departure: F of precision 0 and recall 0 is 0, not nan
+                assert caption == "Bracketing FMeasure" and value == 0, (title, caption)
+            elif "." in printed:
+                assert value == pytest.approx(float(printed), abs=0.0051), (title, caption)
+            else:
+                assert value == int(printed), (title, caption)
+    assert [(s.id, s.length, s.status) for s in result.sentences] == _evalb_table(stdout)
+    assert Counter({s.id: len(s.messages) for s in result.sentences if s.messages}) == _evalb_complaints(stderr)
+    assert result.full_text() == stdout.replace("  -nan", "  0.00")  # every row and column, as printed

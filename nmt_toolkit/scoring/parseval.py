@@ -2,29 +2,30 @@
 
 Parsing papers (the Transformer paper's section 6.3 among them) report the F1 of EVALB
 (Sekine & Collins 1997) run with ``COLLINS.prm``. Small differences in what is counted move
-that number by tenths of a point, so this module re-implements EVALB's rules rather than a
-textbook PARSEVAL. The rules, from EVALB's README and ``evalb.c``:
+that number by tenths of a point, so this module re-implements ``evalb.c`` rather than a
+textbook PARSEVAL; ``tests/fixtures/evalb`` holds evalb.c's own output for hand-made files,
+malformed ones included, and the tests compare every number with it. The rules:
 
-* A preterminal ``(TAG word)`` whose TAG is a ``DELETE_LABEL`` (punctuation, ``-NONE-``) is
-  removed with its word: the word is not counted in spans, words or tags. TAGs are compared
-  as written (no function-tag stripping).
-* Every other bracket spans the words that remain. A bracket left spanning nothing is
-  dropped; so is one whose label, after function tags are cut (``NP-SBJ-1`` and ``NP=2`` ->
-  ``NP``), is a ``DELETE_LABEL`` (``TOP``). Unary chains count once per level.
-* Brackets are a multiset: each gold bracket takes the first unused test bracket with the
-  same span and an equal label (``EQ_LABEL`` pairs are equal), so n gold copies against m
-  test copies match min(n, m) times.
-* Crossing: the number of test brackets that cross at least one gold bracket.
-* The sentence length for the ``len<=40`` block is the gold count of words whose tag is not
-  a ``DELETE_LABEL_FOR_LENGTH`` (punctuation counts here, traces do not).
-* A test tree with no words is a *skip* sentence; gold and test with a different number of
-  words, or different words, make an *error* sentence. Both are left out of every figure but
-  the sentence counts. EVALB gives up after more than ``MAX_ERROR`` errors, and so do we.
+* Reading (``read_line``): a sentence per ``\n``-ended line; C whitespace (``\r`` is, U+2028 is
+  not); ``(TAG word)`` is a terminal, any other ``(LABEL`` opens a bracket. Several trees on a
+  line, empty brackets ``(X)`` and an unlabelled root ``( (S ...) )`` (a bracket labelled ``""``:
+  strip it from both files or neither) are read without complaint.
+* A terminal tagged with a ``DELETE_LABEL`` (punctuation, ``-NONE-``) goes with its word. Other
+  brackets span the words left; dropped if they span none or if their label, cut at its first
+  ``-``/``=`` (``NP-SBJ-1`` -> ``NP``, ``-X-`` -> ``""``), is a ``DELETE_LABEL`` (``TOP``).
+* Brackets are a multiset: each gold bracket takes the first unused test bracket with its span
+  and an equal label (``EQ_LABEL``). Crossing: test brackets crossing at least one gold one.
+  The ``len<=40`` length is the gold words not tagged ``DELETE_LABEL_FOR_LENGTH`` (traces).
+* *Skip* (status 2): a test line with no words left. *Error* (status 1): unbalanced brackets on
+  either side, or words that differ in number or spelling. Both count in the sentence totals
+  only. Each complaint is a call of ``Error()``: the one after more than ``MAX_ERROR`` earlier
+  ones stops evalb.c with no summary, and raises :class:`ParsevalError` here; so does a line
+  evalb.c cannot read at all (a word outside ``(TAG word)``, a space before its ``)``).
 
-Two departures, both deliberate: an unlabelled outer root ``( (S ...) )`` (the Penn Treebank
-wrapper) is unwrapped when reading, where EVALB would score it as a bracket labelled ``""``;
-and a line we cannot read raises :class:`ParsevalError` instead of silently counting as an
-error sentence. An F-measure with precision and recall both 0 is reported as 0, not ``nan``.
+Departures (docs/generation-and-scoring.md): files with different numbers of non-blank lines
+are an error (evalb.c scores the common lines only); F of 0/0 is 0, not ``nan``; where evalb.c's
+behaviour is undefined (a ``)`` with nothing open followed by ``(``, a label ending the line,
+its buffer limits) we read the line as it stands.
 """
 
 from __future__ import annotations
@@ -100,10 +101,11 @@ _TOKEN = re.compile(rf"\(([^{_WS}()]*)|\)|[^{_WS}()]+")
 
 
 def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) -> Optional[Tree]:
-    """Parse one bracketed tree; ``None`` for blank text.
+    """Parse one well-formed bracketed tree strictly; ``None`` for blank text.
 
-    Words must sit alone in their bracket, ``(TAG word)``, as EVALB requires. With
-    ``unwrap_root`` an unlabelled outer bracket around a single tree, ``( (S ...) )``, is removed.
+    Words must sit alone in their bracket, ``(TAG word)``. With ``unwrap_root`` an unlabelled
+    outer bracket around a single tree, ``( (S ...) )``, is removed. (Scoring reads lines more
+    leniently, as evalb.c does: see :func:`read_trees`.)
     """
     where = f"line {line}: " if line is not None else ""
     stack: list[Tree] = []
@@ -146,38 +148,107 @@ def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) 
     return root
 
 
-def read_trees(path_or_lines: Union[str, os.PathLike, Iterable[str]]) -> list[Optional[Tree]]:
-    """Read one tree per line, as EVALB does; a blank line gives ``None`` (a skip sentence in a test file).
+def read_trees(source: Union[str, os.PathLike, Iterable[str]]) -> list[Union[Tree, str, None]]:
+    """One item per line, as evalb.c pairs lines: a :class:`Tree`, ``None`` for a blank line, or the text.
 
-    A path (or ``sys.stdin``) is read one line per ``\\n`` (``nmt_toolkit.data.lines``), as evalb.c's
-    ``fgets`` reads it: a ``\\r`` or U+2028 inside a line does not end it. Blank lines at the end of the
-    input are dropped, so a trailing newline does not add a sentence.
+    A line that is one well-formed tree gives its :class:`Tree` (an unlabelled outer bracket is
+    kept, as evalb.c scores it). A line evalb.c reads only with complaints (unbalanced brackets)
+    or that is not one tree (several trees, an empty bracket) comes back as its text, which
+    :func:`evaluate` scores as evalb.c does. A line evalb.c cannot read raises, naming the line.
+    ``source`` is a path, ``sys.stdin``, or an iterable of lines. Files are read one line per
+    ``\\n`` (``nmt_toolkit.data.lines``), as evalb.c's ``fgets`` reads them.
     """
-    if isinstance(path_or_lines, (str, os.PathLike)) or path_or_lines is sys.stdin:
-        name = "<stdin>" if path_or_lines is sys.stdin else os.fspath(path_or_lines)
+    name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<stdin>"
+    if isinstance(source, (str, os.PathLike)) or source is sys.stdin:
         try:
-            lines = read_lines("-" if path_or_lines is sys.stdin else name, f"tree file {name}")
+            lines = read_lines("-" if source is sys.stdin else name, f"tree file {name}")
         except DataError as err:
             raise ParsevalError(str(err)) from None
-        prefix = f"{name}: "
     else:
-        lines, prefix = list(path_or_lines), ""
-    while lines and not lines[-1].strip(_WS):
-        lines.pop()
-    trees = []
+        lines, name = list(source), None
+    items: list[Union[Tree, str, None]] = []
     for number, line in enumerate(lines, start=1):
         try:
-            trees.append(parse_tree(line, line=number))
+            reading = _read_line(line)
         except ParsevalError as err:
-            raise ParsevalError(prefix + str(err)) from None
-    return trees
+            raise ParsevalError(f"{name + ': ' if name else ''}line {number}: {err}") from None
+        items.append(_tree_or_text(line, reading))
+    return items
+
+
+def _tree_or_text(line: str, reading: _Reading) -> Union[Tree, str, None]:
+    if not line.strip(_WS):
+        return None
+    if not reading.errors:
+        try:
+            return parse_tree(line, unwrap_root=False)
+        except ParsevalError:
+            pass
+    return line
 
 
 def strip_function_tags(label: str) -> str:
-    """``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``; labels starting with '-' (``-NONE-``, ``-LRB-``) stay."""
+    """``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``; labels starting with '-' (``-NONE-``, ``-LRB-``) stay.
+
+    For cleaning treebanks (``tasks.parsing``); scoring cuts labels as evalb.c does (:func:`_evalb_label`).
+    """
     if label.startswith("-"):
         return label
     return re.split(r"[-=]", label, maxsplit=1)[0]
+
+
+def _evalb_label(label: str) -> str:
+    """evalb.c's ``modify_label``: cut at the first ``-`` or ``=``, wherever it is (``-X-`` -> ``""``)."""
+    return re.split(r"[-=]", label, maxsplit=1)[0]
+
+
+# --------------------------------------------------------------------------- reading as evalb.c reads
+
+
+@dataclass
+class _Reading:
+    """What evalb.c's ``read_line`` gathers from one line.
+
+    ``brackets`` holds ``[label, first terminal, end terminal]`` in pre-order over all terminals
+    (deleted ones too); the end of a bracket never closed stays ``-1``, as in evalb.c.
+    ``errors`` has one entry per ``Error()`` call evalb.c makes while reading.
+    """
+
+    words: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    brackets: list[list] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+# A terminal "(TAG word)" (the word may be empty, but nothing may follow it before ")"), an opening
+# "(LABEL", a ")", whitespace, or anything else: a character evalb.c cannot read.
+_READ = re.compile(rf"\(([^{_WS}()]*)[{_WS}]+([^{_WS}()]*)\)|\(([^{_WS}()]*)|(\))|[{_WS}]+|(.)", re.S)
+
+
+def _read_line(text: str) -> _Reading:
+    """Read one line as evalb.c's ``read_line`` does; :class:`ParsevalError` where evalb.c cannot go on."""
+    out, open_, stray_closes = _Reading(), [], 0
+    for match in _READ.finditer(text):
+        tag, word, label, close, junk = match.groups()
+        if word is not None:
+            out.words.append(word)
+            out.tags.append(tag)
+        elif label is not None:
+            open_.append(len(out.brackets))
+            out.brackets.append([label, len(out.words), -1])
+        elif close and open_:
+            out.brackets[open_.pop()][2] = len(out.words)
+        elif close:
+            stray_closes += 1
+            if stray_closes > 1:  # evalb.c's popb() complains from the second one on
+                out.errors.append("Bracketing unbalance (too many close bracket)")
+        elif junk:
+            shown = text[max(0, match.start() - 30):match.start() + 30].strip(_WS)
+            raise ParsevalError(f"a word outside (TAG word), or not alone before its ')', at {shown!r}: evalb.c "
+                                "cannot read this line either (it repeats 'Reading sentence' until MAX_ERROR)")
+    if open_ or stray_closes:
+        out.errors.append("Bracketing is unbalanced (too many open bracket)")  # evalb.c's words, either way
+    return out
 
 
 # --------------------------------------------------------------------------- parameters
@@ -261,6 +332,10 @@ OK, ERROR, SKIP = 0, 1, 2  # EVALB's sentence status codes
 _QUOTE_WORDS = ("'", '"', "/")
 
 
+def _percent(count: int, total: int, scale: float = 100.0) -> float:
+    return scale * count / total if total > 0 else 0.0
+
+
 @dataclass
 class SentenceResult:
     """One line of EVALB's sentence table."""
@@ -274,19 +349,12 @@ class SentenceResult:
     crossing: int = 0
     words: int = 0
     correct_tags: int = 0
-    message: str = ""
+    messages: list[str] = field(default_factory=list)  # one per Error() call evalb.c makes here
 
-    @property
-    def recall(self) -> float:
-        return 100.0 * self.matched / self.gold_brackets if self.gold_brackets else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.matched / self.test_brackets if self.test_brackets else 0.0
-
-    @property
-    def tagging_accuracy(self) -> float:
-        return 100.0 * self.correct_tags / self.words if self.words else 0.0
+    message = property(lambda self: "; ".join(self.messages))
+    recall = property(lambda self: _percent(self.matched, self.gold_brackets))
+    precision = property(lambda self: _percent(self.matched, self.test_brackets))
+    tagging_accuracy = property(lambda self: _percent(self.correct_tags, self.words))
 
     def line(self) -> str:
         return (f"{self.id:4d}  {self.length:3d}    {self.status:d}  "
@@ -330,45 +398,19 @@ class Summary:
         self.words += sent.words
         self.correct_tags += sent.correct_tags
 
-    @property
-    def valid_sentences(self) -> int:
-        return self.sentences - self.error_sentences - self.skip_sentences
-
-    def _per_sentence(self, count: float, scale: float = 100.0) -> float:
-        return scale * count / self.valid_sentences if self.valid_sentences > 0 else 0.0
-
-    @property
-    def recall(self) -> float:
-        return 100.0 * self.matched / self.gold_brackets if self.gold_brackets > 0 else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.matched / self.test_brackets if self.test_brackets > 0 else 0.0
+    valid_sentences = property(lambda self: self.sentences - self.error_sentences - self.skip_sentences)
+    recall = property(lambda self: _percent(self.matched, self.gold_brackets))
+    precision = property(lambda self: _percent(self.matched, self.test_brackets))
+    complete_match = property(lambda self: _percent(self.complete_match_sentences, self.valid_sentences))
+    average_crossing = property(lambda self: _percent(self.crossing_brackets, self.valid_sentences, 1.0))
+    no_crossing = property(lambda self: _percent(self.no_crossing_sentences, self.valid_sentences))
+    two_or_less_crossing = property(lambda self: _percent(self.two_or_less_crossing_sentences, self.valid_sentences))
+    tagging_accuracy = property(lambda self: _percent(self.correct_tags, self.words))
 
     @property
     def f1(self) -> float:
         p, r = self.precision, self.recall
-        return 2 * p * r / (p + r) if p + r > 0 else 0.0
-
-    @property
-    def complete_match(self) -> float:
-        return self._per_sentence(self.complete_match_sentences)
-
-    @property
-    def average_crossing(self) -> float:
-        return self._per_sentence(self.crossing_brackets, scale=1.0)
-
-    @property
-    def no_crossing(self) -> float:
-        return self._per_sentence(self.no_crossing_sentences)
-
-    @property
-    def two_or_less_crossing(self) -> float:
-        return self._per_sentence(self.two_or_less_crossing_sentences)
-
-    @property
-    def tagging_accuracy(self) -> float:
-        return 100.0 * self.correct_tags / self.words if self.words > 0 else 0.0
+        return 2 * p * r / (p + r) if p + r > 0 else 0.0  # evalb.c prints nan for 0/0
 
     def block(self, title: str) -> str:
         return "\n".join([
@@ -413,8 +455,8 @@ class ParsevalResult:
 
     @property
     def errors(self) -> list[str]:
-        """``"sentence N: why"`` for every error sentence, the messages EVALB prints on stderr."""
-        return [f"sentence {s.id}: {s.message}" for s in self.sentences if s.status == ERROR]
+        """``"sentence N: why"`` for every complaint, the messages EVALB prints on stderr."""
+        return [f"sentence {s.id}: {m}" for s in self.sentences for m in s.messages]
 
     def summary_text(self) -> str:
         """The ``=== Summary ===`` section of EVALB's output, character for character."""
@@ -434,32 +476,12 @@ class ParsevalResult:
 
 
 class _Prepared:
-    """A tree flattened the way EVALB's ``read_line`` sees it: terminals and raw-index brackets."""
+    """One side of a sentence as evalb.c holds it once the parameters apply: which terminals are deleted."""
 
-    def __init__(self, tree: Optional[Tree], params: EvalbParams):
-        self.words: list[str] = []
-        self.tags: list[str] = []
-        self.brackets: list[tuple[str, int, int]] = []  # (label, first terminal, end terminal), pre-order
-        if tree is not None:
-            self._walk(tree)
+    def __init__(self, reading: _Reading, params: EvalbParams):
+        self.words, self.tags, self.brackets = reading.words, reading.tags, reading.brackets
         self.deleted = [tag in params.delete_labels for tag in self.tags]
         self.length = sum(tag not in params.delete_labels_for_length for tag in self.tags)
-
-    def _walk(self, root: Tree) -> None:
-        # Iterative pre-order walk; a bracket's end is filled in when its subtree is done.
-        stack: list[tuple[Tree, int]] = [(root, -1)]
-        while stack:
-            node, slot = stack.pop()
-            if slot >= 0:  # closing marker
-                label, start, _ = self.brackets[slot]
-                self.brackets[slot] = (label, start, len(self.words))
-            elif node.is_preterminal:
-                self.words.append(node.word)
-                self.tags.append(node.label)
-            else:
-                self.brackets.append((strip_function_tags(node.label), len(self.words), -1))
-                stack.append((node, len(self.brackets) - 1))
-                stack.extend((child, -1) for child in reversed(node.children))
 
     def kept_words(self) -> list[str]:
         return [w for w, gone in zip(self.words, self.deleted) if not gone]
@@ -471,7 +493,7 @@ class _Prepared:
             prefix.append(prefix[-1] + (not gone))
         kept = []
         for label, start, end in self.brackets:
-            s, e = prefix[start], prefix[end]
+            label, s, e = _evalb_label(label), prefix[start], prefix[end] if end >= 0 else -1
             if s == e or any(params.label_eq(label, d) for d in params.delete_labels):
                 continue
             kept.append((label, s, e))
@@ -501,9 +523,14 @@ def _fix_quotes(gold: _Prepared, test: _Prepared, params: EvalbParams) -> None:
                 test.deleted[t] = False
 
 
-def _score_sentence(ident: int, gold_tree, test_tree, params: EvalbParams) -> SentenceResult:
-    gold, test = _Prepared(gold_tree, params), _Prepared(test_tree, params)
+def _score_sentence(ident: int, gold_reading: _Reading, test_reading: _Reading,
+                    params: EvalbParams) -> SentenceResult:
+    """evalb.c's ``calc_result``: status, complaints and counts of one sentence."""
+    gold, test = _Prepared(gold_reading, params), _Prepared(test_reading, params)
     result = SentenceResult(id=ident, length=gold.length)
+    result.messages = [f"gold: {m}" for m in gold_reading.errors] + [f"test: {m}" for m in test_reading.errors]
+    if result.messages:  # evalb.c's Error() marks the sentence, and scores it all the same
+        result.status = ERROR
     gold_words, test_words = gold.kept_words(), test.kept_words()
     if not test_words:
         result.status = SKIP
@@ -512,13 +539,20 @@ def _score_sentence(ident: int, gold_tree, test_tree, params: EvalbParams) -> Se
         _fix_quotes(gold, test, params)
         gold_words, test_words = gold.kept_words(), test.kept_words()
     if len(gold_words) != len(test_words):
-        result.status, result.message = ERROR, f"Length unmatch ({len(gold_words)}|{len(test_words)})"
+        result.status = ERROR
+        result.messages.append(f"Length unmatch ({len(gold_words)}|{len(test_words)})")
         return result
     for g, t in zip(gold_words, test_words):
         if not params.word_eq(g, t):
-            result.status, result.message = ERROR, f"Words unmatch ({g}|{t})"
+            result.status = ERROR
+            result.messages.append(f"Words unmatch ({g}|{t})")
             return result
+    _count_brackets(result, gold, test, params)
+    return result
 
+
+def _count_brackets(result: SentenceResult, gold: _Prepared, test: _Prepared, params: EvalbParams) -> None:
+    """Matched, crossing and tag counts of a sentence whose words agree."""
     gold_br, test_br = gold.scored_brackets(params), test.scored_brackets(params)
     by_span: dict[tuple[int, int], list[int]] = {}
     for j, (_, s, e) in enumerate(test_br):
@@ -537,46 +571,58 @@ def _score_sentence(ident: int, gold_tree, test_tree, params: EvalbParams) -> Se
 
     kept_gold_tags = [t for t, gone in zip(gold.tags, gold.deleted) if not gone]
     kept_test_tags = [t for t, gone in zip(test.tags, test.deleted) if not gone]
-    result.words = len(gold_words)
+    result.words = len(kept_gold_tags)
     result.correct_tags = sum(params.label_eq(g, t) for g, t in zip(kept_gold_tags, kept_test_tags))
     result.gold_brackets, result.test_brackets = len(gold_br), len(test_br)
-    return result
 
 
 TreeLike = Union[Tree, str, None]
 
 
-def _as_tree(item: TreeLike, ident: int, side: str) -> Optional[Tree]:
-    if item is None or isinstance(item, Tree):
-        return item
+def _reading(item: TreeLike, ident: int, side: str) -> _Reading:
+    if item is None:
+        return _Reading()
     try:
-        return parse_tree(item)
+        return _read_line(str(item))  # a Tree prints as the line it was read from
     except ParsevalError as err:
         raise ParsevalError(f"{side} tree {ident}: {err}") from None
+
+
+def _common_length(gold: list, test: list) -> int:
+    """How many sentences evalb.c scores: the common lines, when the longer file has only blank lines more."""
+    common = min(len(gold), len(test))
+    if any(item is not None and str(item).strip(_WS) for item in gold[common:] + test[common:]):
+        raise ParsevalError(f"gold has {len(gold)} trees but test has {len(test)}; EVALB compares them line by "
+                            f"line, so the files must align (evalb.c would score the first {common} only)")
+    return common
+
+
+def _complain(earlier: int, params: EvalbParams, what: str) -> int:
+    """evalb.c's ``Error()``: the complaint that comes after more than ``MAX_ERROR`` earlier ones stops the run."""
+    if earlier > params.max_error:
+        raise ParsevalError(f"too many errors (more than MAX_ERROR={params.max_error}), as EVALB stops; latest: "
+                            f"{what}. Are gold and test aligned?")
+    return earlier + 1
 
 
 def evaluate(gold_trees: Sequence[TreeLike], test_trees: Sequence[TreeLike],
              params: EvalbParams = COLLINS) -> ParsevalResult:
     """Score test trees against gold trees, sentence by sentence, as ``evalb -p`` would.
 
-    Trees may be :class:`Tree` objects, bracketed strings or ``None`` (no parse: a skip
-    sentence when it is the test side).
+    Trees may be :class:`Tree` objects, lines of bracketed text (read as evalb.c reads them,
+    malformed ones included) or ``None`` (an empty line: a skip sentence when it is the test side).
     """
     gold_trees, test_trees = list(gold_trees), list(test_trees)
-    if len(gold_trees) != len(test_trees):
-        raise ParsevalError(f"gold has {len(gold_trees)} trees but test has {len(test_trees)}; "
-                            "EVALB compares them line by line, so the files must align")
-    overall, short = Summary(), Summary()
-    sentences, errors = [], 0
-    for ident, (gold, test) in enumerate(zip(gold_trees, test_trees), start=1):
-        sent = _score_sentence(ident, _as_tree(gold, ident, "gold"), _as_tree(test, ident, "test"), params)
-        if sent.status == ERROR:
-            if errors > params.max_error:  # EVALB's Error(): it exits once the count passes MAX_ERROR
-                raise ParsevalError(f"too many error sentences (more than MAX_ERROR={params.max_error}); "
-                                    f"latest: sentence {ident}: {sent.message}. Are gold and test aligned?")
-            errors += 1
+    common = _common_length(gold_trees, test_trees)
+    overall, short, sentences, complaints = Summary(), Summary(), [], 0
+    for ident, (gold, test) in enumerate(zip(gold_trees[:common], test_trees[:common]), start=1):
+        sent = _score_sentence(ident, _reading(gold, ident, "gold"), _reading(test, ident, "test"), params)
+        for message in sent.messages:
+            complaints = _complain(complaints, params, f"sentence {ident}: {message}")
         sentences.append(sent)
         overall.add(sent)
         if sent.length <= params.cutoff_len:
             short.add(sent)
+    if len(gold_trees) != len(test_trees):  # blank lines only (see _common_length); evalb.c complains once
+        _complain(complaints, params, "Number of lines unmatch")
     return ParsevalResult(sentences, overall, short, params.cutoff_len)
