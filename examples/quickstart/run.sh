@@ -20,7 +20,7 @@
 #   --vocab-size V         sentencepiece vocabulary, joint (default: 500; 8000 with --data)
 #   --threads T            torch threads (default: number of CPU cores, at most 4)
 #   --keep                 reuse what an earlier run left in the work dir (otherwise it is wiped)
-# Environment overrides (for CI): QS_TRAIN_PAIRS, QS_TEST_PAIRS (sizes of the built-in task), QS_MAX_EPOCH, QS_EXTRA
+# Environment overrides (for CI): QS_TRAIN_PAIRS, QS_VALID_PAIRS, QS_TEST_PAIRS (sizes of the built-in task), QS_MAX_EPOCH, QS_EXTRA
 # (extra nmt-train flags).
 set -euo pipefail
 
@@ -87,7 +87,7 @@ stage() {  # stage NAME: print the time the previous stage took and announce the
 # ---------------------------------------------------------------------------------------------- data
 stage data
 if [[ -z "$DATA" ]]; then
-  python3 "$HERE/make_task.py" "$RAW" --train "${QS_TRAIN_PAIRS:-15000}" --valid 500 --test "${QS_TEST_PAIRS:-500}" --seed 1
+  python3 "$HERE/make_task.py" "$RAW" --train "${QS_TRAIN_PAIRS:-15000}" --valid "${QS_VALID_PAIRS:-500}" --test "${QS_TEST_PAIRS:-500}" --seed 1
   VOCAB="${VOCAB:-500}"
 else
   [[ -d "$DATA" ]] || die "--data $DATA: no such folder"
@@ -118,6 +118,22 @@ tail -n 5 "$OUT/preprocess.log" >&2
 
 # --------------------------------------------------------------------------------------------- train
 stage train
+# nmt-train's whole log goes to train.log. Its log is not a terminal, so --log-format tqdm writes a plain
+# "progress | ..." line after the first update and then at every 5% of the budget (here: the time); those lines
+# are shown here as they come, redrawn in place when this script's stderr is a terminal.
+show_progress() {
+  local line drawn=0
+  while IFS= read -r line; do
+    [[ $line == "progress | "* ]] || continue
+    if [[ -t 2 ]]; then
+      printf '\r\033[K   %s' "${line#progress | }" >&2
+      drawn=1
+    else
+      printf '   %s\n' "${line#progress | }" >&2
+    fi
+  done
+  [[ $drawn == 0 ]] || printf '\n' >&2
+}
 # Time-boxed: training stops after --stop-time-hours (or QS_MAX_EPOCH epochs). A checkpoint every 50 updates,
 # the last 3 kept: the model still improves fast at the end of a short run, so only the last ones are averaged.
 HOURS=$(python3 -c "print(round($MINUTES / 60, 5))")
@@ -129,8 +145,9 @@ nmt-train "$BIN" --arch transformer_tiny --share-all-embeddings \
   --dropout 0.1 --max-tokens 2048 --seed 1 \
   --max-epoch "${QS_MAX_EPOCH:-100}" --stop-time-hours "$HOURS" \
   --save-dir "$CKPT" --save-interval-updates 50 --keep-interval-updates 3 --keep-last-epochs 1 \
-  --log-format simple --log-interval 50 ${QS_EXTRA:-} 2> "$OUT/train.log"
-grep -iE 'valid|epoch' "$OUT/train.log" | tail -n 4 >&2 || true
+  --log-format tqdm --log-interval 50 ${QS_EXTRA:-} 2>&1 | tee "$OUT/train.log" | show_progress \
+  || { tail -n 20 "$OUT/train.log" >&2; die "nmt-train failed (the whole log: $OUT/train.log)"; }
+grep -E '^(valid|train) \|' "$OUT/train.log" | tail -n 3 >&2 || true
 
 # ------------------------------------------------------------------------------------------- average
 stage average

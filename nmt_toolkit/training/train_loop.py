@@ -348,6 +348,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             progress.message(f"torch.compile: {graphs} graphs compiled " +
                              ("in all" if final else f"by update {trainer.num_updates}"))
 
+    progress.set_budget(opt.max_update, opt.max_epoch, opt.stop_time_hours, trainer.num_updates, wall())
     reason = None
     try:
         while reason is None:
@@ -366,7 +367,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             with Prefetcher(itr, prepare, device) as batches:  # collated, padded and pinned ahead on a thread
                 for samples in _grouped(batches, opt.update_freq):
                     trainer.train_step(samples)  # no read of the device inside
-                    progress.advance(len(samples))
+                    progress.advance(len(samples), trainer.num_updates)  # host counts only
                     n = trainer.num_updates  # a skipped update counts too
                     end_of_epoch = not epoch_itr.has_next() if hasattr(epoch_itr, "has_next") else epoch_itr.end_of_epoch()
                     if lg.log_interval > 0 and n % lg.log_interval == 0:
