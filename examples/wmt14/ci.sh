@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The WMT14 recipe end to end in a few minutes on a CPU, as CI runs it: the same scripts in --local mode on
-# the 10k-pair WMT14 sample, a tiny model, a handful of updates, scored on (the first lines of) the real
-# newstest2014. The BLEU is near 0 — this checks the plumbing, not the model.
+# The WMT14 recipe end to end in under a minute on a CPU, as CI runs it: the same scripts in --local mode on
+# the 10k-pair WMT14 sample, a tiny model, 250 updates, scored on (the first lines of) the real newstest2014.
+# At that size the model learns the target language, not yet translation: the BLEU is near 0, and what
+# tests/test_examples.py checks is the validation perplexity (~4300 untrained, ~270 after the run).
 #
 #   examples/wmt14/ci.sh [WORKDIR]            # data from $NMT_TOOLKIT_TEST_DATA (default <repo>/../shared/data)
 set -euo pipefail
@@ -19,9 +20,9 @@ t() { echo "== $1: $(( $(date +%s) - T0 ))s" >&2; T0=$(date +%s); }
   --max-test-lines "${CI_TEST_LINES:-200}" --max-valid-lines 200 --workers 2
 t prepare
 
-# tiny model, 12 updates, a checkpoint every 4 updates (instead of every 10 minutes)
-GPUS=0 ARCH=transformer_tiny MAX_UPDATE="${CI_MAX_UPDATE:-12}" MAX_TOKENS=2048 UPDATE_FREQ=1 WARMUP=10 LR=1.0 \
-  EXTRA="--save-interval-updates 4 --log-interval 4 ${CI_EXTRA:-}" \
+# tiny model, 250 updates of 512 tokens, a checkpoint every 25 updates (instead of every 10 minutes)
+GPUS=0 ARCH=transformer_tiny MAX_UPDATE="${CI_MAX_UPDATE:-250}" MAX_TOKENS=512 UPDATE_FREQ=1 WARMUP=50 LR=0.25 \
+  EXTRA="--save-interval-updates 25 --log-interval 25 --no-validate-at-start ${CI_EXTRA:-}" \
   "$HERE/train-base.sh" "$WORK/data-bin" "$WORK/checkpoints" 2> "$WORK/train.log" || { tail -n 30 "$WORK/train.log" >&2; exit 1; }
 tail -n 3 "$WORK/train.log" >&2
 t train
