@@ -252,3 +252,36 @@ def test_disk_full_during_binarization_leaves_the_folder_as_it_was(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     task = TranslationTask.setup_task(TranslationConfig(data=str(dest)))
     assert len(task.load_dataset("train")) == len(task.load_dataset("valid")) == 4000
+
+
+def test_kill_during_binarization_then_the_next_run_removes_the_staging_folder(tmp_path):
+    """kill -9 while nmt-preprocess binarizes leaves its staging folder beside --destdir (nothing runs at a
+    SIGKILL); the next run into that --destdir removes it, and keeps a staging folder whose process still runs."""
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(200)]
+    for lang in ("xx", "yy"):  # large enough that binarizing takes a while after the staging folder appears
+        (tmp_path / f"big.{lang}").write_text(
+            "".join(" ".join(rng.choice(words) for _ in range(20)) + "\n" for _ in range(150_000)))
+    dest = tmp_path / "bin"
+    cmd = [sys.executable, "-m", "nmt_toolkit.cli.preprocess", "--source-lang", "xx", "--target-lang", "yy",
+           "--trainpref", str(tmp_path / "big"), "--destdir", str(dest), "--workers", "1", "--no-progress-bar"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and \
+                not [p for p in os.listdir(tmp_path) if p.startswith(".bin.tmp-")]:
+            time.sleep(0.005)
+        assert proc.poll() is None, "nmt-preprocess finished before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    left = [p for p in os.listdir(tmp_path) if p.startswith(".bin.tmp-")]
+    assert len(left) == 1 and not dest.exists()
+    running = tmp_path / f".bin.tmp-{os.getpid()}-another-run"  # a run in progress (this process is alive)
+    running.mkdir()
+    (tmp_path / "small.xx").write_text("w1 w2\nw3\n")
+    (tmp_path / "small.yy").write_text("w2 w1\nw3\n")
+    p = _preprocess(dest, tmp_path / "small")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"removed {tmp_path / left[0]}, left by an nmt-preprocess run that was interrupted" in p.stderr
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == [running.name]

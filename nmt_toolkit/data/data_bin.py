@@ -11,6 +11,7 @@ dictionary.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -18,6 +19,8 @@ import tempfile
 from typing import Optional
 
 from nmt_toolkit.errors import DataError
+
+logger = logging.getLogger(__name__)
 
 _SHARD_DIR = re.compile(r"shard\d+$")
 # what nmt-preprocess writes into a folder (other files there are the user's and stay)
@@ -39,9 +42,38 @@ def staging_folder(destdir: str, shown: str) -> str:
         raise DataError(f"--destdir {shown}: {existing} is a file, not a folder")
     try:
         os.makedirs(parent, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-", dir=parent)
+        remove_abandoned(destdir)
+        return tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-{os.getpid()}-", dir=parent)
     except OSError as exc:
         raise DataError(f"--destdir {shown}: cannot create it ({exc.strerror})") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process, or a number no process has: leave the folder alone
+    return True
+
+
+def remove_abandoned(destdir: str) -> list[str]:
+    """Remove the staging and trash folders beside ``destdir`` that a killed run left (kill -9, a lost node).
+
+    Their names carry the writing process's id (``.NAME.tmp-PID-…``, ``.NAME.old-PID-…``); a folder whose
+    process is still running belongs to a run in progress and stays. Returns the removed paths."""
+    parent, base = os.path.dirname(destdir), os.path.basename(destdir)
+    pattern = re.compile(rf"\.{re.escape(base)}\.(tmp|old)-(\d+)-")
+    removed = []
+    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        m = pattern.match(name)
+        path = os.path.join(parent, name)
+        if m and os.path.isdir(path) and not _alive(int(m.group(2))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            logger.info("removed %s, left by an nmt-preprocess run that was interrupted", path)
+    return removed
 
 
 def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[dict]:
@@ -111,7 +143,7 @@ def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
                                      (name.startswith("train.") and name.endswith((".bin", ".idx"))))
         return name in new or old_train
 
-    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-", dir=os.path.dirname(destdir))
+    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-{os.getpid()}-", dir=os.path.dirname(destdir))
     moved_out: list[str] = []
     moved_in: list[str] = []
     try:
