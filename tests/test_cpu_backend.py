@@ -165,3 +165,75 @@ def test_decoding_with_and_without_packed_weights_agrees():
     for a, b in zip(packed_hyps + packed_scores, plain_hyps + plain_scores):
         assert torch.equal(a[0]["tokens"], b[0]["tokens"])
         assert abs(a[0]["score"] - b[0]["score"]) <= 1e-4
+
+
+def _attention_reference(q, k, v, keep, scale):
+    """Eq. 1 in float64: softmax(q k^T * scale, masked) v."""
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v.double()
+
+
+@pytest.mark.parametrize("queries", [1, 4])  # a self-attention step; a sentence's block of beams (cross)
+@pytest.mark.parametrize("masked", [False, True])
+def test_explicit_attention_equals_a_float64_reference_and_replaces_sdpa(queries, masked):
+    gen = torch.Generator().manual_seed(queries)
+    cache = torch.randn(96, 4, 40, 16, generator=gen)  # keys in a larger buffer, as the decoding cache keeps them
+    q, k, v = torch.randn(96, 4, queries, 16, generator=gen), cache[:, :, :23], cache[:, :, 5:28].flip(-1)
+    keep = (torch.rand(96, 1, 1, 23, generator=gen) < 0.7) | (torch.arange(23) == 0) if masked else None
+    with torch.inference_mode(), _Ops() as ops:
+        got = cpu.explicit_attention(q, k, v, attn_mask=keep, scale=0.3)
+    assert not any("scaled_dot_product" in name for name in ops.names)
+    torch.testing.assert_close(got.double(), _attention_reference(q, k, v, keep, 0.3), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["grad", "dropout", "causal", "small", "float64"])
+def test_explicit_attention_leaves_other_calls_to_sdpa(case):
+    q, k, v = (torch.randn(96, 4, 1 if case != "causal" else 7, 16) for _ in range(3))
+    if case == "small":
+        q, k, v = q[:2], k[:2], v[:2]
+    if case == "float64":
+        q, k, v = q.double(), k.double(), v.double()
+    kwargs = {"dropout_p": 0.1} if case == "dropout" else {"is_causal": True} if case == "causal" else {}
+    mode = torch.enable_grad() if case == "grad" else torch.inference_mode()
+    with mode, _Ops() as ops:
+        cpu.explicit_attention(q, k, v, **kwargs)
+    assert any("scaled_dot_product" in name for name in ops.names)
+
+
+@needs_onednn
+def test_a_relu_feed_forward_runs_fused_and_computes_the_same():
+    """optimize_for_cpu fuses a FeedForward's ReLU into its first packed product (one oneDNN call) and
+    drops the separate ReLU; inference, training and a GELU block (left alone) all equal the plain module."""
+    from nmt_toolkit.modules.layers import FeedForward
+
+    torch.manual_seed(0)
+    relu, gelu = FeedForward(64, 1024), FeedForward(64, 1024, activation_fn="gelu")
+    plain_relu, plain_gelu = FeedForward(64, 1024), FeedForward(64, 1024, activation_fn="gelu")
+    plain_relu.load_state_dict(relu.state_dict())
+    plain_gelu.load_state_dict(gelu.state_dict())
+    container = torch.nn.ModuleList([relu, gelu])
+    assert optimize_for_cpu(container)
+    assert type(relu.fc1) is cpu.PackedLinearReLU and type(gelu.fc1) is PackedLinear
+    assert relu.state_dict().keys() == plain_relu.state_dict().keys()
+    x = torch.randn(300, 64)
+    with torch.inference_mode():
+        with _Ops() as ops:
+            got = relu(x)
+        assert not any(name in ("aten.relu", "aten.clamp_min") for name in ops.names)
+        torch.testing.assert_close(got, plain_relu(x), atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(gelu(x), plain_gelu(x), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(relu(x), plain_relu(x), atol=1e-4, rtol=1e-5)  # gradients on: F.relu(F.linear)
+    relu(x).sum().backward()
+    assert relu.fc1.weight.grad is not None
+
+
+def test_optimize_for_cpu_sets_the_attention_kernel_of_every_attention():
+    from nmt_toolkit.modules.attention import MultiheadAttention
+
+    model = torch.nn.ModuleList([MultiheadAttention(64, 4), MultiheadAttention(64, 4, self_attention=False)])
+    assert model[0].attention_kernel is torch.nn.functional.scaled_dot_product_attention
+    if optimize_for_cpu(model):
+        assert all(m.attention_kernel is cpu.explicit_attention for m in model)
+        assert MultiheadAttention(64, 4).attention_kernel is torch.nn.functional.scaled_dot_product_attention

@@ -48,8 +48,9 @@ class GenerationConfig:
     static_check_interval: int = option(4, "static-shape search: ask the device whether every sentence of the "
                                            "batch has finished every N steps (each ask waits for it)", metavar="N")
     cpu_packed_linear: bool = option(True, "CPU float32 decoding: linear layers through oneDNN with their weights "
-                                           "packed once (generation/cpu.py; 1.2-1.3x faster, checked against "
-                                           "F.linear on a probe at start, torch's kernels where it does not hold)")
+                                           "packed once (a ReLU fused into its product) and each step's attention "
+                                           "as two batched products (generation/cpu.py; checked against F.linear "
+                                           "on a probe at start, torch's kernels where it does not hold)")
 
     def validate(self) -> None:
         if self.beam < 1:

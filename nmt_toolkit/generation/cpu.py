@@ -1,4 +1,5 @@
-"""CPU decoding back end: the linear layers of a model about to decode, through oneDNN with weights packed once.
+"""CPU decoding back end: the linear layers of a model about to decode, through oneDNN with weights packed once;
+a feed-forward block's ReLU applied inside its first product; the attention of a beam step written out.
 
 Why. torch's ``F.linear`` on the CPU calls MKL's sgemm. A beam step multiplies a few hundred rows (fewer as
 sentences finish) by the same weights again and again, and for such products oneDNN, given the weight
@@ -22,9 +23,12 @@ and with two threads 109 → 202 GFLOP/s for the 256-row output projection. The 
 When. :func:`optimize_for_cpu` is applied by nmt-generate and nmt-interactive to the models they load, once,
 before decoding, when they decode on the CPU (``--cpu-packed-linear``, on by default; ``--no-cpu-packed-linear``
 keeps torch's own kernels): it swaps every plain :class:`torch.nn.Linear` for a :class:`PackedLinear` (the
-same parameters under the same names, so ``state_dict`` does not change) and the decoder's output projection
-for a packed product. It first checks that torch's private ops exist *and* give ``F.linear``'s result on a
-probe; otherwise it leaves the model as it is. A packed layer takes the packed path only under
+same parameters under the same names, so ``state_dict`` does not change), the first layer of a ReLU
+feed-forward block for a :class:`PackedLinearReLU` (the block's own ReLU becomes the identity: one pass over
+the [rows, d_ff] activations fewer), the decoder's output projection for a packed product, and every
+attention's ``attention_kernel`` for :func:`explicit_attention`. It first checks that torch's private ops
+exist *and* give ``F.linear``'s result (and with ReLU, ``F.relu`` of it) on a probe; otherwise it leaves the
+model as it is. A packed layer takes the packed path only under
 ``torch.inference_mode()``, for float32 CPU tensors and products big enough to gain (:func:`_worth_packing`);
 anything else (training, gradients, other dtypes or devices) is ``F.linear``. The model itself knows nothing of
 this module.
@@ -62,8 +66,9 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_FOR_ROWS)
 
 
-def _packed_product(x, packed, bias):
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+def _packed_product(x, packed, bias, post_op: str = "none"):
+    """``x @ W^T + b`` with the weight packed; ``post_op="relu"`` applies ReLU as the result is written."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, post_op, [], "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,7 +82,10 @@ def packing_works() -> bool:
         x, w, b = (torch.randn(shape, generator=gen) for shape in ((64, 96), (80, 96), (80,)))
         with torch.inference_mode():
             got = _packed_product(x, _pack(w), b)
-        return got.shape == (64, 80) and torch.allclose(got, F.linear(x, w, b), rtol=1e-4, atol=1e-4)
+            got_relu = _packed_product(x, _pack(w), b, "relu")
+        want = F.linear(x, w, b)
+        return (got.shape == got_relu.shape == (64, 80) and torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+                and torch.allclose(got_relu, F.relu(want), rtol=1e-4, atol=1e-4))
     except (AttributeError, RuntimeError, TypeError):
         return False
 
@@ -126,6 +134,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return F.linear(x, weight, bias)
 
 
+def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.relu(F.linear(x, weight, bias))``, packed and in one call where :func:`usable` (a pass over the
+    [rows, d_ff] activations fewer)."""
+    if usable(x, weight, bias):
+        return _packed_product(x, _packed_weight(weight), bias, "relu")
+    return F.relu(F.linear(x, weight, bias))
+
+
 class PackedLinear(nn.Linear):
     """An :class:`torch.nn.Linear` (the same ``weight`` and ``bias`` parameters) whose product is
     :func:`linear`."""
@@ -143,6 +159,41 @@ class PackedLinear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+class PackedLinearReLU(PackedLinear):
+    """A :class:`PackedLinear` followed by ReLU (:func:`linear_relu`): it takes the place of a feed-forward
+    block's first layer whose ReLU :func:`optimize_for_cpu` removed from the block."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear_relu(x, self.weight, self.bias)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+#: scores (batch x heads x queries x keys) from which eq. 1 written out beats SDPA's CPU kernel
+_EXPLICIT_ATTENTION_MIN_SCORES = 1 << 13
+
+
+def explicit_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """Eq. 1 written out, ``softmax(q k^T * scale, masked) v``, with SDPA's signature, for decoding on the CPU.
+
+    Why. SDPA's CPU kernel (flash-style, blocked over queries) is tuned for long query sequences; a beam
+    step has one query per row (the encoder–decoder attention a block of ``beam`` per sentence), and there
+    two batched matrix products and a softmax are faster (docs/benchmarks.md has the figures). Used under
+    ``torch.inference_mode()`` for float32 CPU tensors without dropout or ``is_causal`` and with enough
+    scores to gain; anything else goes to SDPA. Results agree with SDPA to float32 rounding."""
+    if (dropout_p or is_causal or not torch.is_inference_mode_enabled() or q.device.type != "cpu"
+            or q.dtype != torch.float32 or q.numel() // q.size(-1) * k.size(-2) < _EXPLICIT_ATTENTION_MIN_SCORES):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                              scale=scale)
+    scale = scale if scale is not None else q.size(-1) ** -0.5
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    if attn_mask is not None:
+        scores.masked_fill_(~attn_mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
 class _PackedProjection:
     """The decoder's output projection ``x @ W^T`` through :func:`linear` (a plain callable, not a module,
     so that the model's ``state_dict`` keeps its names)."""
@@ -155,14 +206,22 @@ class _PackedProjection:
 
 
 def optimize_for_cpu(model: nn.Module) -> bool:
-    """Swap, in place and once before decoding, the plain linear layers of ``model`` for :class:`PackedLinear`
-    and every decoder's output projection (a module with ``project`` and ``output_weight``) for a packed
-    product. Returns False, leaving the model unchanged, where :func:`packing_works` does not hold."""
+    """Swap, in place and once before decoding, the plain linear layers of ``model`` for :class:`PackedLinear`,
+    every decoder's output projection (a module with ``project`` and ``output_weight``) for a packed
+    product, and every attention's kernel (``attention_kernel``) for :func:`explicit_attention`. Returns
+    False, leaving the model unchanged, where :func:`packing_works` does not hold."""
     if not packing_works():
         logger.info("packed oneDNN linear layers unavailable or not matching F.linear here: torch's kernels")
         return False
     swapped = 0
     for module in list(model.modules()):
+        if hasattr(module, "attention_kernel"):  # modules/attention.py's hook for a back end
+            module.attention_kernel = explicit_attention
+        fc1 = getattr(module, "fc1", None)  # modules/layers.py's FeedForward: fc2(dropout(activation(fc1(x))))
+        if (type(fc1) is nn.Linear and getattr(module, "activation", None) in (F.relu, torch.relu)
+                and not fc1._forward_hooks and not fc1._forward_pre_hooks):
+            module.fc1, module.activation = PackedLinearReLU.of(fc1), _identity
+            swapped += 1
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear and not child._forward_hooks and not child._forward_pre_hooks:
                 setattr(module, name, PackedLinear.of(child))

@@ -42,7 +42,12 @@ class MultiheadAttention(nn.Module):
     ``self_attention=True`` fuses the Q, K and V projections into one matrix (one matmul per call); for
     encoder–decoder attention Q is projected from the decoder and K, V (fused) from the encoder output.
     The parameter count equals three separate ``Linear`` layers with biases.
+
+    ``attention_kernel`` computes eq. 1 with SDPA's signature: SDPA itself, unless a back end replaces it on an
+    instance (generation/cpu.py does for decoding on the CPU, where writing it out is faster).
     """
+
+    attention_kernel = staticmethod(F.scaled_dot_product_attention)
 
     def __init__(self, embed_dim: int, num_heads: int, key_dim: Optional[int] = None,
                  value_dim: Optional[int] = None, dropout: float = 0.0, self_attention: bool = True):
@@ -101,6 +106,9 @@ class MultiheadAttention(nn.Module):
         """Encoder–decoder keys/values of ``memory`` [n, S, D] (``key_padding_mask`` [n, S] True at pads),
         projected once for incremental decoding."""
         k, v = self._project_kv(memory)
+        # contiguous once: a view of the fused K|V projection cannot be folded into one batch of matrices,
+        # so every decoding step's product would otherwise copy it
+        k, v = k.contiguous(), v.contiguous()
         keep = None
         if key_padding_mask is not None and bool(key_padding_mask.any()):
             keep = ~key_padding_mask[:, None, None, :]
@@ -168,8 +176,8 @@ class MultiheadAttention(nn.Module):
             keep = allowed if keep is None else keep & allowed
             causal = False
         if not need_weights:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal, scale=self.scaling,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+            out = self.attention_kernel(q, k, v, attn_mask=keep, is_causal=causal, scale=self.scaling,
+                                        dropout_p=self.dropout if self.training else 0.0)
             return out, None
         scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scaling  # [B, H, T, S]
         if keep is not None:
