@@ -7,7 +7,9 @@ that every reader must know.
 - :class:`SelfAttentionCache`: the decoder self-attention's keys ``[rows, H, capacity, d_k]`` and values
   ``[rows, H, capacity, d_v]`` of the positions decoded so far, one row per hypothesis. Preallocated for
   ``capacity`` positions (the search knows its longest output) and grown by doubling, so a step writes
-  one position instead of concatenating; a reorder copies only the filled part, into a reused spare buffer.
+  one position instead of concatenating. A reorder copies only the filled part: on the CPU only the rows
+  that change, in place (most hypotheses keep their row from one step to the next); elsewhere every row,
+  into a reused spare buffer (no host synchronisation).
 - :class:`CrossAttentionCache`: the encoder–decoder keys/values, projected once from the encoder output,
   ``[n, H, S, d]`` with ``keep`` ``[n, 1, 1, S]`` (True at real source positions; None without padding).
   ``n`` counts *sentences* when the encoder output is kept once per sentence: the ``w`` consecutive rows
@@ -31,6 +33,23 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+
+def moved_rows(indices: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
+    """The positions ``j`` with ``indices[j] != j``, for a reorder of ``rows`` rows into ``len(indices)`` that
+    copies only those (:func:`copy_rows_in_place`); None where a whole copy is the better choice: rows that
+    grow, gradients, and devices other than the CPU, where this costs a host synchronisation per step and
+    a gather of every row costs little."""
+    if indices.numel() > rows or indices.device.type != "cpu" or torch.is_grad_enabled():
+        return None
+    return (indices != torch.arange(indices.numel(), device=indices.device)).nonzero().squeeze(1)
+
+
+def copy_rows_in_place(buf: torch.Tensor, indices: torch.Tensor, moved: torch.Tensor) -> None:
+    """``buf[j] = buf[indices[j]]`` for every ``j`` in ``moved`` (dim 0, in place). The moved rows' sources
+    are gathered before any is written, so a row may be the source of another and be overwritten itself."""
+    if moved.numel():
+        buf.index_copy_(0, moved, buf.index_select(0, indices.index_select(0, moved)))
 
 
 @dataclass
@@ -67,10 +86,24 @@ class SelfAttentionCache:
         self.k, self.v = grown
         self._spare = None
 
-    def reorder(self, indices: torch.Tensor) -> None:
-        """Row ``j`` continues row ``indices[j]`` (a beam reorder; rows may repeat or disappear)."""
+    def reorder(self, indices: torch.Tensor, moved: Optional[torch.Tensor] = None) -> None:
+        """Row ``j`` continues row ``indices[j]`` (a beam reorder; rows may repeat or disappear).
+
+        ``moved`` (:func:`moved_rows`, given when the rows do not grow): the rows ``j`` with ``indices[j] != j``.
+        Then only those rows are copied, in place, and the cache keeps its first ``len(indices)`` rows: most
+        hypotheses of a beam keep their row from one step to the next, finished sentences leave from the
+        end or shift the rest down, and the copy of the whole cache grows with every decoded position."""
         if torch.is_grad_enabled() and self.k.requires_grad:  # out= records no gradient
             self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
+            return
+        if moved is not None and self.k.is_contiguous() and self.v.is_contiguous():
+            heads = self.k.size(1)
+            per_head = torch.arange(heads, device=indices.device)
+            indices, moved = ((r.unsqueeze(1) * heads + per_head).view(-1) for r in (indices, moved))
+            for buf in (self.k, self.v):  # 2-D, a row per hypothesis and head: its filled part is contiguous
+                copy_rows_in_place(buf.view(-1, buf[0, 0].numel())[:, :self.length * buf.size(3)], indices, moved)
+            n = indices.numel() // heads
+            self.k, self.v = self.k[:n], self.v[:n]
             return
         rows, n = self.k.size(0), indices.numel()
         spare = self._spare
@@ -136,11 +169,20 @@ class CrossAttentionCache:
     v: torch.Tensor
     keep: Optional[torch.Tensor] = None
 
-    def reorder(self, indices: torch.Tensor) -> None:
-        """Entry ``j`` becomes entry ``indices[j]`` (rows or sentences, whichever the cache holds)."""
-        self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
-        if self.keep is not None:
-            self.keep = self.keep.index_select(0, indices)
+    def reorder(self, indices: torch.Tensor, moved: Optional[torch.Tensor] = None) -> None:
+        """Entry ``j`` becomes entry ``indices[j]`` (rows or sentences, whichever the cache holds); with
+        ``moved`` (:func:`moved_rows`) only the entries that change are copied, in place."""
+        if moved is None or (torch.is_grad_enabled() and self.k.requires_grad):
+            self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
+            if self.keep is not None:
+                self.keep = self.keep.index_select(0, indices)
+            return
+        n = indices.numel()
+        for name in ("k", "v", "keep"):
+            buf = getattr(self, name)
+            if buf is not None:
+                copy_rows_in_place(buf, indices, moved)
+                setattr(self, name, buf[:n])
 
 
 @dataclass
@@ -180,12 +222,14 @@ class DecoderState:
         """Rows follow ``indices``. Cross-attention caches follow ``indices`` too, unless ``per_sentence``:
         they then hold one entry per sentence and follow ``sentence_order`` (the sentences kept, as
         indices into the current ones), or stay where it is None."""
+        moved = moved_rows(indices, self.self_attn[0].k.size(0)) if self.self_attn else None
         for cache in self.self_attn:
-            cache.reorder(indices)
+            cache.reorder(indices, moved)
         order = sentence_order if per_sentence else indices
-        if order is not None:
+        if order is not None and self.cross_attn:
+            moved = moved if order is indices else moved_rows(order, self.cross_attn[0].k.size(0))
             for cache in self.cross_attn:
-                cache.reorder(order)
+                cache.reorder(order, moved)
         if per_sentence and sentence_order is not None:
             self.sentences = sentence_order.numel()
 
