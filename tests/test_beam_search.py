@@ -337,6 +337,25 @@ def test_row_topk_equals_topk():
         assert torch.equal(x.gather(1, i), v)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_parent_slots_keep_every_beam_that_can_stay_in_place(k):
+    """Against every assignment of k hypotheses to k slots (brute force): the one chosen is a permutation,
+    places the first child of each parent in its parent's slot, and so keeps as many hypotheses in their
+    parent's slot as the best assignment does; later children take the free slots in increasing order."""
+    from nmt_toolkit.generation.beam_search import _parent_slots
+
+    all_parents = torch.tensor(list(itertools.product(range(k), repeat=k)))  # every [k] of parent slots
+    slots = _parent_slots(all_parents)
+    for parents, got in zip(all_parents.tolist(), slots.tolist()):
+        assert sorted(got) == list(range(k))
+        best = max(sum(p == s for p, s in zip(parents, perm)) for perm in itertools.permutations(range(k)))
+        assert sum(p == s for p, s in zip(parents, got)) == best
+        firsts = {p: j for j, p in reversed(list(enumerate(parents)))}
+        assert all(got[j] == p for p, j in firsts.items())
+        others = [got[j] for j in range(k) if j not in firsts.values()]
+        assert others == sorted(set(range(k)) - set(firsts))
+
+
 @pytest.mark.parametrize("need_attn", [False, True])
 def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn):
     """Sentence-level encoder keys/values and the chunked top-k give the generic layout's hypotheses."""

@@ -109,6 +109,22 @@ def _on_device_sdpa(method):
     return wrapper
 
 
+def _parent_slots(parents: torch.Tensor) -> torch.Tensor:
+    """For each sentence's ``k`` continuing hypotheses, ``parents`` [n, k] (the slot 0..k-1 of the beam each
+    continues), a slot of its own: the parent's slot for the first hypothesis continuing that beam, and the
+    slots no beam claimed, in increasing order, for the others. Placed there, a hypothesis whose parent's row
+    it takes needs no copy of its decoder cache (modules/caches.py copies only the rows that change); the
+    order of a sentence's beams means nothing to the search itself."""
+    k = parents.size(1)
+    earlier_sibling = (parents.unsqueeze(2) == parents.unsqueeze(1)).tril(diagonal=-1).any(dim=2)
+    first = ~earlier_sibling
+    claimed = torch.zeros(parents.size(0), k + 1, dtype=torch.long, device=parents.device)
+    claimed.scatter_(1, torch.where(first, parents, k), 1)
+    free = (claimed[:, :k] * k + torch.arange(k, device=parents.device)).argsort(dim=1)  # unclaimed first
+    rank = (earlier_sibling.long().cumsum(dim=1) - 1).clamp(min=0)
+    return torch.where(first, parents, free.gather(1, rank))
+
+
 def _compacting_order(done: torch.Tensor) -> torch.Tensor:
     """The sentences that stay, as indices into the current ones: the first ``m`` places (``m`` = how many
     stay) keep their sentence where it is still active, and the places freed there take the active
@@ -312,6 +328,9 @@ class SequenceGenerator:
                 order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
                 active = order_key.topk(k, dim=1, largest=False).values
                 active = active.clamp(max=ncand - 1)
+                if width == k:  # each continuing hypothesis in its parent's slot where it can
+                    slots = _parent_slots(cand_beams.gather(1, active))
+                    active = torch.empty_like(active).scatter_(1, slots, active)
                 act_scores = cand_scores.gather(1, active)
                 act_rows = cand_rows.gather(1, active)
                 act_tokens = cand_tokens.gather(1, active)
