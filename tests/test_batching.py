@@ -3,18 +3,11 @@ import numpy as np
 import torch
 
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
-from nmt_toolkit.data.dictionary import Dictionary
-from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+from tests.train_helpers import random_pairs
 
 
 def _dataset(n=300, seed=0):
-    rng = np.random.RandomState(seed)
-    d = Dictionary()
-    for i in range(20):
-        d.add_symbol(f"w{i}")
-    src = [np.append(rng.randint(4, 24, rng.randint(1, 40)), 2) for _ in range(n)]
-    tgt = [np.append(rng.randint(4, 24, rng.randint(1, 40)), 2) for _ in range(n)]
-    return LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    return random_pairs(n, seed)
 
 
 def _iterator(ds, **kw):

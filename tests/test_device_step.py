@@ -10,7 +10,6 @@ import contextlib
 import copy
 import json
 
-import numpy as np
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -19,15 +18,13 @@ from nmt_toolkit import registry
 from nmt_toolkit.cli.train import run as train
 from nmt_toolkit.criterions import label_smoothed_cross_entropy as ls
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
-from nmt_toolkit.data.dictionary import Dictionary
-from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.models.summary import build_for_dry_run
 from nmt_toolkit.models.transformer import TransformerConfig
 from nmt_toolkit.optim.lr_schedulers import InverseSqrtConfig, InverseSqrtSchedule
 from nmt_toolkit.optim.optimizers import AdamConfig, build_adam
 from nmt_toolkit.training.trainer import Trainer
-from tests.train_helpers import TINY, make_bin
+from tests.train_helpers import random_pairs, TINY, make_bin
 
 _READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
@@ -54,13 +51,8 @@ def no_host_reads():
 
 
 def _batches(n_pairs=120, seed=0):
-    rng = np.random.RandomState(seed)
-    d = Dictionary()
-    for i in range(20):
-        d.add_symbol(f"w{i}")
-    src = [np.append(rng.randint(4, 24, rng.randint(1, 12)), 2) for _ in range(n_pairs)]
-    tgt = [np.append(rng.randint(4, 24, rng.randint(1, 12)), 2) for _ in range(n_pairs)]
-    ds = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    ds = random_pairs(n_pairs, seed, max_len=12)
+    d = ds.src_dict
     order = ds.ordered_indices(seed=1)
     itr = EpochBatchIterator(ds, batch_by_size(order, ds.num_tokens_vec(), max_tokens=120), seed=3)
     return list(itr.next_epoch_itr()), len(d)

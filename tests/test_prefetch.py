@@ -2,25 +2,17 @@
 in the training loop, a thread that stops when the loop leaves early."""
 import threading
 
-import numpy as np
 import pytest
 import torch
 
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
-from nmt_toolkit.data.dictionary import Dictionary
-from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.training.compile import pad_to_multiple
 from nmt_toolkit.training.prefetch import Prefetcher
+from tests.train_helpers import random_pairs
 
 
 def _iterator(n=300, seed=0):
-    rng = np.random.RandomState(seed)
-    d = Dictionary()
-    for i in range(20):
-        d.add_symbol(f"w{i}")
-    src = [np.append(rng.randint(4, 24, rng.randint(1, 40)), 2) for _ in range(n)]
-    tgt = [np.append(rng.randint(4, 24, rng.randint(1, 40)), 2) for _ in range(n)]
-    ds = LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
+    ds = random_pairs(n, seed)
     batches = batch_by_size(ds.ordered_indices(seed=1), ds.num_tokens_vec(), max_tokens=200)
     return EpochBatchIterator(ds, batches, seed=3, num_shards=2, shard_id=1)  # a rank's share, with a filler
 

@@ -56,3 +56,20 @@ def same_state(a: dict, b: dict, train_keys=("num_updates", "iterator")) -> None
     assert a["lr_scheduler"] == b["lr_scheduler"]
     for k in train_keys:
         assert a["train_state"][k] == b["train_state"][k], k
+
+
+def random_pairs(n: int = 300, seed: int = 0, max_len: int = 40):
+    """``n`` random sentence pairs (1 to ``max_len`` - 1 tokens of a 20-word dictionary, then EOS) as a
+    :class:`LanguagePairDataset` sharing one dictionary."""
+    import numpy as np
+
+    from nmt_toolkit.data.dictionary import Dictionary
+    from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+
+    rng = np.random.RandomState(seed)
+    d = Dictionary()
+    for i in range(20):
+        d.add_symbol(f"w{i}")
+    src = [np.append(rng.randint(4, 24, rng.randint(1, max_len)), 2) for _ in range(n)]
+    tgt = [np.append(rng.randint(4, 24, rng.randint(1, max_len)), 2) for _ in range(n)]
+    return LanguagePairDataset(src, [len(s) for s in src], d, tgt, [len(t) for t in tgt], d)
