@@ -77,7 +77,9 @@ def main(argv=None) -> None:
     results = {"nmt-generate": [], "fairseq-generate": []}
     for _ in range(max(1, args.runs)):
         results["nmt-generate"].append(_run(ours, env))
-        results["fairseq-generate"].append(_run(theirs, env))
+        # fairseq 0.12 pickles its options into the checkpoint and calls torch.load without weights_only,
+        # which torch >= 2.6 refuses; this lets it read its own file (our loader passes weights_only=True)
+        results["fairseq-generate"].append(_run(theirs, dict(env, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")))
     report = {"benchmark": "fairseq_side_by_side", "beam": args.beam, "batch_size": args.batch_size,
               "ours_args": args.ours_args,
               "output_tokens_per_sentence": args.length + 1, "threads": args.threads, "runs": max(1, args.runs),
