@@ -188,11 +188,13 @@ def test_explicit_attention_equals_a_float64_reference_and_replaces_sdpa(queries
     torch.testing.assert_close(got.double(), _attention_reference(q, k, v, keep, 0.3), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["grad", "dropout", "causal", "small", "float64"])
+@pytest.mark.parametrize("case", ["grad", "dropout", "causal", "small", "float64", "long"])
 def test_explicit_attention_leaves_other_calls_to_sdpa(case):
     q, k, v = (torch.randn(96, 4, 1 if case != "causal" else 7, 16) for _ in range(3))
     if case == "small":
         q, k, v = q[:2], k[:2], v[:2]
+    if case == "long":  # a long query sequence (an encoder over long sentences)
+        q, k, v = (torch.randn(2, 4, 100, 16) for _ in range(3))
     if case == "float64":
         q, k, v = q.double(), k.double(), v.double()
     kwargs = {"dropout_p": 0.1} if case == "dropout" else {"is_causal": True} if case == "causal" else {}

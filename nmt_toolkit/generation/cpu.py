@@ -171,8 +171,19 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-#: scores (batch x heads x queries x keys) from which eq. 1 written out beats SDPA's CPU kernel
-_EXPLICIT_ATTENTION_MIN_SCORES = 1 << 13
+_ONE_QUERY_MIN_SCORES = 1 << 12  # one query per row (a self-attention step): scores from which writing out wins
+_MAX_QUERIES = 64  # queries per row up to which writing out wins at any size (a beam block, a short encoder)
+
+
+def _explicit_wins(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Where eq. 1 written out beat SDPA's CPU kernel (docs/benchmarks.md, notes): one query per row from
+    about 4,096 scores (below, the two are level or SDPA's single call is cheaper); 2 to 64 queries per row
+    at every size (a beam's block of queries on its sentence's keys: 2-4x faster); not for long query
+    sequences, where SDPA's blocked kernel avoids materialising the scores."""
+    queries = q.size(-2)
+    if queries == 1:
+        return q.numel() // q.size(-1) * k.size(-2) >= _ONE_QUERY_MIN_SCORES
+    return queries <= _MAX_QUERIES
 
 
 def explicit_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
@@ -180,11 +191,11 @@ def explicit_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
 
     Why. SDPA's CPU kernel (flash-style, blocked over queries) is tuned for long query sequences; a beam
     step has one query per row (the encoder–decoder attention a block of ``beam`` per sentence), and there
-    two batched matrix products and a softmax are faster (docs/benchmarks.md has the figures). Used under
-    ``torch.inference_mode()`` for float32 CPU tensors without dropout or ``is_causal`` and with enough
-    scores to gain; anything else goes to SDPA. Results agree with SDPA to float32 rounding."""
+    two batched matrix products and a softmax are faster. Used under ``torch.inference_mode()`` for float32
+    CPU tensors without dropout or ``is_causal``, where :func:`_explicit_wins`; anything else goes to SDPA.
+    Results agree with SDPA to float32 rounding."""
     if (dropout_p or is_causal or not torch.is_inference_mode_enabled() or q.device.type != "cpu"
-            or q.dtype != torch.float32 or q.numel() // q.size(-1) * k.size(-2) < _EXPLICIT_ATTENTION_MIN_SCORES):
+            or q.dtype != torch.float32 or not _explicit_wins(q, k)):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                               scale=scale)
     scale = scale if scale is not None else q.size(-1) ** -0.5
