@@ -328,7 +328,8 @@ class SequenceGenerator:
                 order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
                 active = order_key.topk(k, dim=1, largest=False).values
                 active = active.clamp(max=ncand - 1)
-                if width == k:  # each continuing hypothesis in its parent's slot where it can
+                if width == k and dev.type == "cpu":  # each continuing hypothesis in its parent's row where it
+                    # can: only the CPU's reorder copies just the rows that change (modules/caches.py)
                     slots = _parent_slots(cand_beams.gather(1, active))
                     active = torch.empty_like(active).scatter_(1, slots, active)
                 act_scores = cand_scores.gather(1, active)
