@@ -127,19 +127,14 @@ def _packed_weight(weight: torch.Tensor) -> torch.Tensor:
     return cached[1]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``, packed where :func:`usable`."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           relu: bool = False) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` (``relu``: followed by ReLU), packed where :func:`usable`; there the ReLU
+    is applied in the same call, a pass over the [rows, d_ff] activations fewer."""
     if usable(x, weight, bias):
-        return _packed_product(x, _packed_weight(weight), bias)
-    return F.linear(x, weight, bias)
-
-
-def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``F.relu(F.linear(x, weight, bias))``, packed and in one call where :func:`usable` (a pass over the
-    [rows, d_ff] activations fewer)."""
-    if usable(x, weight, bias):
-        return _packed_product(x, _packed_weight(weight), bias, "relu")
-    return F.relu(F.linear(x, weight, bias))
+        return _packed_product(x, _packed_weight(weight), bias, "relu" if relu else "none")
+    out = F.linear(x, weight, bias)
+    return F.relu(out) if relu else out
 
 
 class PackedLinear(nn.Linear):
@@ -160,11 +155,11 @@ class PackedLinear(nn.Linear):
 
 
 class PackedLinearReLU(PackedLinear):
-    """A :class:`PackedLinear` followed by ReLU (:func:`linear_relu`): it takes the place of a feed-forward
-    block's first layer whose ReLU :func:`optimize_for_cpu` removed from the block."""
+    """A :class:`PackedLinear` followed by ReLU (:func:`linear` with ``relu``): it takes the place of a
+    feed-forward block's first layer whose ReLU :func:`optimize_for_cpu` removed from the block."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear_relu(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, relu=True)
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:
