@@ -86,12 +86,15 @@ def main(argv=None) -> None:
         engines["fairseq"] = [args.fairseq_generate, args.data, "--path", args.fairseq_checkpoint, "--num-workers",
                               "0", "--cpu"] + common
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    # fairseq 0.12 pickles its options into the checkpoint and calls torch.load without weights_only, which
+    # torch >= 2.6 refuses; this lets fairseq's process alone read its own file (our loader keeps weights_only)
+    extra_env = {"fairseq": {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}}
     results: dict = {name: [] for name in engines}
     loads = []
     for _ in range(max(1, args.runs)):
         for name, cmd in engines.items():
             loads.append(os.getloadavg()[0])
-            results[name].append(_run(cmd, env))
+            results[name].append(_run(cmd, dict(env, **extra_env.get(name, {}))))
     report = {"benchmark": "engines", "beam": args.beam, "batch_size": args.batch_size, "lenpen": args.lenpen,
               "threads": args.threads, "runs": max(1, args.runs), "cpus": os.cpu_count(),
               "load_average_1min_median": round(statistics.median(loads), 2), "engines": {}}
