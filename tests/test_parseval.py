@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
+from nmt_toolkit.data.trees import Tree, TreeError, parse_tree, strip_function_tags
 from nmt_toolkit.scoring.parseval import (
-    COLLINS, ERROR, OK, SKIP, EvalbParams, ParsevalError, Tree, evaluate, load_params, parse_tree,
-    read_trees, strip_function_tags,
+    COLLINS, ERROR, OK, SKIP, EvalbParams, ParsevalError, evaluate, load_params, read_trees,
 )
 
 def one(gold: str, test: str, params: EvalbParams = COLLINS):
@@ -44,7 +44,7 @@ def test_a_line_evalb_cannot_read_raises_naming_the_line(bad, tmp_path):
 def test_lines_evalb_reads_come_back_as_text_and_score(odd, status):
     # Unbalanced brackets are an error sentence in evalb.c; two trees or an empty bracket are read as they are.
     assert read_trees(["(S (NN ok))", odd])[1] == odd
-    with pytest.raises(ParsevalError):  # the strict tree parser (treebank cleaning) still refuses them
+    with pytest.raises(TreeError):  # the strict tree parser (treebank cleaning) still refuses them
         parse_tree(odd)
     result = evaluate(["(S (NN ok))", "(S (NP (NN a)) (NN b))"], ["(S (NN ok))", odd])
     assert [s.status for s in result.sentences] == [OK, status]

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from nmt_toolkit.scoring.parseval import ERROR, ParsevalError, evaluate, parse_tree
+from nmt_toolkit.data.trees import TreeError, parse_tree
+from nmt_toolkit.scoring.parseval import ERROR, evaluate
 from nmt_toolkit.tasks.parsing import (
     delinearise, linearise_tree, preprocess_tree, read_treebank, restore_pos_tags,
 )
@@ -41,7 +42,7 @@ def test_read_treebank_multiline_mrg_equals_oneline(data_path):
 def test_read_treebank_reports_broken_files(tmp_path):
     path = tmp_path / "bad.mrg"
     path.write_text("( (S\n  (NP (NN a)) ))\n\n( (S\n  (NP (NN b))\n")
-    with pytest.raises(ParsevalError, match="line 4"):
+    with pytest.raises(TreeError, match="line 4"):
         list(read_treebank(path))
 
 

@@ -35,6 +35,7 @@ import re
 import sys
 from pathlib import Path
 
+from nmt_toolkit.data.trees import TreeError
 from nmt_toolkit.scoring import parseval
 from nmt_toolkit.tasks.parsing import clean_tree, delinearise, linearise_tree, read_treebank
 
@@ -79,7 +80,7 @@ def prepare(args) -> int:
                 for tree_str in read_treebank(path):
                     try:
                         tree = clean_tree(tree_str)
-                    except parseval.ParsevalError:  # a tree of empty elements only
+                    except TreeError:  # a tree of empty elements only
                         dropped += 1
                         continue
                     words, target = linearise_tree(tree)

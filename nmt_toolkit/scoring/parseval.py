@@ -30,301 +30,17 @@ its buffer limits) we read the line as it stands.
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Sequence, Union
 
-from nmt_toolkit.data.lines import read_lines
-from nmt_toolkit.errors import DataError
+from nmt_toolkit.data.trees import WHITESPACE as _WS
+from nmt_toolkit.data.trees import Tree
+from nmt_toolkit.scoring.evalb_params import COLLINS, EvalbParams, load_params
+from nmt_toolkit.scoring.evalb_reading import ParsevalError, Reading, evalb_label, read_line, read_trees
 
-
-class ParsevalError(DataError, ValueError):
-    """A tree, tree file or parameter file we cannot use; the message names the line."""
-
-
-_WS = " \t\n\v\f\r"  # C's isspace(), evalb.c's whitespace: str.split() and \s would also split at U+2028
-
-
-# --------------------------------------------------------------------------- trees
-
-
-@dataclass
-class Tree:
-    """A constituency tree node. Preterminals carry ``word`` and no children."""
-
-    label: str
-    children: list[Tree] = field(default_factory=list)
-    word: Optional[str] = None
-
-    @property
-    def is_preterminal(self) -> bool:
-        return self.word is not None
-
-    def preterminals(self) -> Iterator[Tree]:
-        """The preterminal nodes left to right (iterative: PTB trees can be deep)."""
-        stack = [self]
-        while stack:
-            node = stack.pop()
-            if node.is_preterminal:
-                yield node
-            else:
-                stack.extend(reversed(node.children))
-
-    def leaves(self) -> list[str]:
-        return [node.word for node in self.preterminals()]
-
-    def pos(self) -> list[tuple[str, str]]:
-        """(word, tag) pairs left to right."""
-        return [(node.word, node.label) for node in self.preterminals()]
-
-    def __str__(self) -> str:
-        parts: list[str] = []
-        stack: list[Union[Tree, str]] = [self]
-        while stack:  # iterative, so a degenerate model output nested 1000 deep still prints
-            item = stack.pop()
-            if isinstance(item, str):
-                parts.append(item)
-            elif item.is_preterminal:
-                parts.append(f" ({item.label} {item.word})")
-            else:
-                parts.append(f" ({item.label}")
-                stack.append(")")
-                stack.extend(reversed(item.children))
-        return "".join(parts)[1:]
-
-
-# "(" with the label glued to it, ")", or a word.
-_TOKEN = re.compile(rf"\(([^{_WS}()]*)|\)|[^{_WS}()]+")
-
-
-def parse_tree(text: str, line: Optional[int] = None, unwrap_root: bool = True) -> Optional[Tree]:
-    """Parse one well-formed bracketed tree strictly; ``None`` for blank text.
-
-    Words must sit alone in their bracket, ``(TAG word)``. With ``unwrap_root`` an unlabelled
-    outer bracket around a single tree, ``( (S ...) )``, is removed. (Scoring reads lines more
-    leniently, as evalb.c does: see :func:`read_trees`.)
-    """
-    where = f"line {line}: " if line is not None else ""
-    stack: list[Tree] = []
-    root: Optional[Tree] = None
-
-    def fail(why: str) -> ParsevalError:
-        shown = text.strip(_WS)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        return ParsevalError(f"{where}malformed tree: {why}: {shown}")
-
-    for match in _TOKEN.finditer(text):
-        token = match.group(0)
-        if root is not None:
-            raise fail("text after the end of the tree (one tree per line expected)")
-        if token[0] == "(":
-            if stack and stack[-1].is_preterminal:
-                raise fail(f"bracket ({stack[-1].label} {stack[-1].word} ...) mixes a word and subtrees")
-            stack.append(Tree(match.group(1)))
-        elif token == ")":
-            if not stack:
-                raise fail("too many ')'")
-            node = stack.pop()
-            if not node.is_preterminal and not node.children:
-                raise fail(f"empty bracket ({node.label})")
-            if stack:
-                stack[-1].children.append(node)
-            else:
-                root = node
-        else:
-            if not stack:
-                raise fail(f"word {token!r} outside any bracket")
-            top = stack[-1]
-            if top.is_preterminal or top.children:
-                raise fail(f"more than one element in bracket ({top.label} ...); words go in (TAG word)")
-            top.word = token
-    if stack:
-        raise fail(f"{len(stack)} bracket(s) left open (a multi-line tree? use tasks.parsing.read_treebank)")
-    if unwrap_root and root is not None and root.label == "" and len(root.children) == 1:
-        root = root.children[0]
-    return root
-
-
-def read_trees(source: Union[str, os.PathLike, Iterable[str]]) -> list[Union[Tree, str, None]]:
-    """One item per line, as evalb.c pairs lines: a :class:`Tree`, ``None`` for a blank line, or the text.
-
-    A line that is one well-formed tree gives its :class:`Tree` (an unlabelled outer bracket is
-    kept, as evalb.c scores it). A line evalb.c reads only with complaints (unbalanced brackets)
-    or that is not one tree (several trees, an empty bracket) comes back as its text, which
-    :func:`evaluate` scores as evalb.c does. A line evalb.c cannot read raises, naming the line.
-    ``source`` is a path, ``sys.stdin``, or an iterable of lines. Files are read one line per
-    ``\\n`` (``nmt_toolkit.data.lines``), as evalb.c's ``fgets`` reads them.
-    """
-    name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<stdin>"
-    if isinstance(source, (str, os.PathLike)) or source is sys.stdin:
-        try:
-            lines = read_lines("-" if source is sys.stdin else name, f"tree file {name}")
-        except DataError as err:
-            raise ParsevalError(str(err)) from None
-    else:
-        lines, name = list(source), None
-    items: list[Union[Tree, str, None]] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            reading = _read_line(line)
-        except ParsevalError as err:
-            raise ParsevalError(f"{name + ': ' if name else ''}line {number}: {err}") from None
-        items.append(_tree_or_text(line, reading))
-    return items
-
-
-def _tree_or_text(line: str, reading: _Reading) -> Union[Tree, str, None]:
-    if not line.strip(_WS):
-        return None
-    if not reading.errors:
-        try:
-            return parse_tree(line, unwrap_root=False)
-        except ParsevalError:
-            pass
-    return line
-
-
-def strip_function_tags(label: str) -> str:
-    """``NP-SBJ-1`` -> ``NP``, ``NP=2`` -> ``NP``; labels starting with '-' (``-NONE-``, ``-LRB-``) stay.
-
-    For cleaning treebanks (``tasks.parsing``); scoring cuts labels as evalb.c does (:func:`_evalb_label`).
-    """
-    if label.startswith("-"):
-        return label
-    return re.split(r"[-=]", label, maxsplit=1)[0]
-
-
-def _evalb_label(label: str) -> str:
-    """evalb.c's ``modify_label``: cut at the first ``-`` or ``=``, wherever it is (``-X-`` -> ``""``)."""
-    return re.split(r"[-=]", label, maxsplit=1)[0]
-
-
-# --------------------------------------------------------------------------- reading as evalb.c reads
-
-
-@dataclass
-class _Reading:
-    """What evalb.c's ``read_line`` gathers from one line.
-
-    ``brackets`` holds ``[label, first terminal, end terminal]`` in pre-order over all terminals
-    (deleted ones too); the end of a bracket never closed stays ``-1``, as in evalb.c.
-    ``errors`` has one entry per ``Error()`` call evalb.c makes while reading.
-    """
-
-    words: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    brackets: list[list] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-# A terminal "(TAG word)" (the word may be empty, but nothing may follow it before ")"), an opening
-# "(LABEL", a ")", whitespace, or anything else: a character evalb.c cannot read.
-_READ = re.compile(rf"\(([^{_WS}()]*)[{_WS}]+([^{_WS}()]*)\)|\(([^{_WS}()]*)|(\))|[{_WS}]+|(.)", re.S)
-
-
-def _read_line(text: str) -> _Reading:
-    """Read one line as evalb.c's ``read_line`` does; :class:`ParsevalError` where evalb.c cannot go on."""
-    out, open_, stray_closes = _Reading(), [], 0
-    for match in _READ.finditer(text):
-        tag, word, label, close, junk = match.groups()
-        if word is not None:
-            out.words.append(word)
-            out.tags.append(tag)
-        elif label is not None:
-            open_.append(len(out.brackets))
-            out.brackets.append([label, len(out.words), -1])
-        elif close and open_:
-            out.brackets[open_.pop()][2] = len(out.words)
-        elif close:
-            stray_closes += 1
-            if stray_closes > 1:  # evalb.c's popb() complains from the second one on
-                out.errors.append("Bracketing unbalance (too many close bracket)")
-        elif junk:
-            shown = text[max(0, match.start() - 30):match.start() + 30].strip(_WS)
-            raise ParsevalError(f"a word outside (TAG word), or not alone before its ')', at {shown!r}: evalb.c "
-                                "cannot read this line either (it repeats 'Reading sentence' until MAX_ERROR)")
-    if open_ or stray_closes:
-        out.errors.append("Bracketing is unbalanced (too many open bracket)")  # evalb.c's words, either way
-    return out
-
-
-# --------------------------------------------------------------------------- parameters
-
-
-@dataclass(frozen=True)
-class EvalbParams:
-    """The settings of an EVALB ``.prm`` file (see :func:`load_params`)."""
-
-    labeled: bool = True
-    delete_labels: frozenset = frozenset()
-    delete_labels_for_length: frozenset = frozenset()
-    eq_labels: tuple = ()
-    eq_words: tuple = ()
-    quote_labels: frozenset = frozenset()
-    cutoff_len: int = 40
-    max_error: int = 10
-    debug: int = 0
-
-    def label_eq(self, a: str, b: str) -> bool:
-        return a == b or (a, b) in self.eq_labels or (b, a) in self.eq_labels
-
-    def word_eq(self, a: str, b: str) -> bool:
-        return a == b or (a, b) in self.eq_words or (b, a) in self.eq_words
-
-
-COLLINS = EvalbParams(
-    labeled=True,
-    delete_labels=frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."}),
-    delete_labels_for_length=frozenset({"-NONE-"}),
-    eq_labels=(("ADVP", "PRT"),),
-)
-
-
-def load_params(path: Union[str, os.PathLike]) -> EvalbParams:
-    """Read an EVALB parameter file: ``KEY value`` lines, ``#`` comments, repeatable list keys.
-
-    Lines end at ``\\n`` and the key ends at C whitespace, as in evalb.c's ``read_parameter_file``.
-    """
-    ints = {"DEBUG": "debug", "MAX_ERROR": "max_error", "CUTOFF_LEN": "cutoff_len", "LABELED": "labeled"}
-    sets = {"DELETE_LABEL": "delete_labels", "DELETE_LABEL_FOR_LENGTH": "delete_labels_for_length",
-            "QUOTE_LABEL": "quote_labels"}
-    pairs = {"EQ_LABEL": "eq_labels", "EQ_WORD": "eq_words"}
-    values: dict = {name: [] for name in (*sets.values(), *pairs.values())}
-    try:
-        lines = read_lines(os.fspath(path), f"EVALB parameter file {os.fspath(path)}")
-    except DataError as err:
-        raise ParsevalError(str(err)) from None
-    for number, line in enumerate(lines, start=1):
-        if line.startswith("#") or len(line) < 3:  # EVALB's own rule for skipping lines
-            continue
-        key, value = (re.split(f"[{_WS}]+", line.strip(_WS), maxsplit=1) + [""])[:2]
-        where = f"{os.fspath(path)}:{number}"
-        if not value:
-            raise ParsevalError(f"{where}: {key} has no value")
-        if key in ints:
-            try:
-                values[ints[key]] = int(value)
-            except ValueError:
-                raise ParsevalError(f"{where}: {key} needs a whole number, got {value!r}") from None
-        elif key in sets:
-            values[sets[key]].append(value)
-        elif key in pairs:
-            parts = re.split(f"[{_WS}]+", value)
-            if len(parts) != 2:
-                raise ParsevalError(f"{where}: {key} needs two values, got {value!r}")
-            values[pairs[key]].append(tuple(parts))
-        else:  # EVALB warns and goes on; so do we
-            warnings.warn(f"{where}: unknown EVALB parameter {key!r} ignored", stacklevel=2)
-    for name in sets.values():
-        values[name] = frozenset(values[name])
-    for name in pairs.values():
-        values[name] = tuple(values[name])
-    values["labeled"] = bool(values.get("labeled", 1))
-    return EvalbParams(**values)
-
+# the scorer's whole interface: what nmt-score and the parsing recipe call
+__all__ = ["COLLINS", "ERROR", "OK", "SKIP", "EvalbParams", "ParsevalError", "ParsevalResult", "evaluate",
+           "load_params", "read_trees"]
 
 # --------------------------------------------------------------------------- scoring
 
@@ -478,7 +194,7 @@ class ParsevalResult:
 class _Prepared:
     """One side of a sentence as evalb.c holds it once the parameters apply: which terminals are deleted."""
 
-    def __init__(self, reading: _Reading, params: EvalbParams):
+    def __init__(self, reading: Reading, params: EvalbParams):
         self.words, self.tags, self.brackets = reading.words, reading.tags, reading.brackets
         self.deleted = [tag in params.delete_labels for tag in self.tags]
         self.length = sum(tag not in params.delete_labels_for_length for tag in self.tags)
@@ -493,7 +209,7 @@ class _Prepared:
             prefix.append(prefix[-1] + (not gone))
         kept = []
         for label, start, end in self.brackets:
-            label, s, e = _evalb_label(label), prefix[start], prefix[end] if end >= 0 else -1
+            label, s, e = evalb_label(label), prefix[start], prefix[end] if end >= 0 else -1
             if s == e or any(params.label_eq(label, d) for d in params.delete_labels):
                 continue
             kept.append((label, s, e))
@@ -523,7 +239,7 @@ def _fix_quotes(gold: _Prepared, test: _Prepared, params: EvalbParams) -> None:
                 test.deleted[t] = False
 
 
-def _score_sentence(ident: int, gold_reading: _Reading, test_reading: _Reading,
+def _score_sentence(ident: int, gold_reading: Reading, test_reading: Reading,
                     params: EvalbParams) -> SentenceResult:
     """evalb.c's ``calc_result``: status, complaints and counts of one sentence."""
     gold, test = _Prepared(gold_reading, params), _Prepared(test_reading, params)
@@ -579,11 +295,11 @@ def _count_brackets(result: SentenceResult, gold: _Prepared, test: _Prepared, pa
 TreeLike = Union[Tree, str, None]
 
 
-def _reading(item: TreeLike, ident: int, side: str) -> _Reading:
+def _reading(item: TreeLike, ident: int, side: str) -> Reading:
     if item is None:
-        return _Reading()
+        return Reading()
     try:
-        return _read_line(str(item))  # a Tree prints as the line it was read from
+        return read_line(str(item))  # a Tree prints as the line it was read from
     except ParsevalError as err:
         raise ParsevalError(f"{side} tree {ident}: {err}") from None
 

@@ -32,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 
-from nmt_toolkit.scoring.parseval import ParsevalError, Tree, parse_tree, strip_function_tags
+from nmt_toolkit.data.trees import Tree, TreeError, parse_tree, strip_function_tags
 
 WORD_SYMBOL = "XX"
 """The one target symbol that stands for every (tag, word) leaf."""
@@ -59,7 +59,7 @@ def read_treebank(path: Union[str, os.PathLike]) -> Iterator[str]:
     try:
         handle = open(path, encoding="utf-8")
     except OSError as err:
-        raise ParsevalError(f"cannot read treebank {path}: {err.strerror}") from err
+        raise TreeError(f"cannot read treebank {path}: {err.strerror}") from err
     with handle:
         depth, parts, start = 0, [], 0
         for number, line in enumerate(handle, start=1):
@@ -68,7 +68,7 @@ def read_treebank(path: Union[str, os.PathLike]) -> Iterator[str]:
                 continue
             if depth == 0:
                 if not text.startswith("("):
-                    raise ParsevalError(f"{path}:{number}: expected a tree starting with '(', got {text[:40]!r}")
+                    raise TreeError(f"{path}:{number}: expected a tree starting with '(', got {text[:40]!r}")
                 start = number
             for char in text:
                 if char == "(":
@@ -76,13 +76,13 @@ def read_treebank(path: Union[str, os.PathLike]) -> Iterator[str]:
                 elif char == ")":
                     depth -= 1
                     if depth < 0:
-                        raise ParsevalError(f"{path}:{number}: too many ')' in the tree starting on line {start}")
+                        raise TreeError(f"{path}:{number}: too many ')' in the tree starting on line {start}")
             parts.append(text)
             if depth == 0:
                 yield " ".join(parts)
                 parts = []
         if depth:
-            raise ParsevalError(f"{path}: tree starting on line {start} is not closed at end of file")
+            raise TreeError(f"{path}: tree starting on line {start} is not closed at end of file")
 
 
 def clean_tree(tree: Union[str, Tree]) -> Tree:
@@ -90,7 +90,7 @@ def clean_tree(tree: Union[str, Tree]) -> Tree:
     if isinstance(tree, str):
         parsed = parse_tree(tree)
         if parsed is None:
-            raise ParsevalError("empty tree")
+            raise TreeError("empty tree")
         tree = parsed
 
     def clean(node: Tree) -> Optional[Tree]:
@@ -101,7 +101,7 @@ def clean_tree(tree: Union[str, Tree]) -> Tree:
 
     cleaned = clean(tree)
     if cleaned is None:
-        raise ParsevalError(f"tree has no words once empty elements are removed: {tree}")
+        raise TreeError(f"tree has no words once empty elements are removed: {tree}")
     while cleaned.label == "" and len(cleaned.children) == 1 and not cleaned.children[0].is_preterminal:
         cleaned = cleaned.children[0]
     if cleaned.label == "" or cleaned.is_preterminal:  # a wrapper over several trees, or a bare word
@@ -205,7 +205,7 @@ def restore_pos_tags(tree_str: str, pos_tags: Sequence[str]) -> str:
     """The tree with its preterminal labels replaced by ``pos_tags`` (e.g. gold tags, for EVALB)."""
     tree = parse_tree(tree_str)
     if tree is None:
-        raise ParsevalError("empty tree")
+        raise TreeError("empty tree")
     leaves = list(tree.preterminals())
     if len(leaves) != len(pos_tags):
         raise ValueError(f"tree has {len(leaves)} words but {len(pos_tags)} POS tags were given")
