@@ -7,7 +7,7 @@ per token (or per sentence with ``--sentence-avg``) and ``ppl = 2 ** nll_loss``.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any
 
 from nmt_toolkit.registry import CRITERIA
 
@@ -16,15 +16,6 @@ def build_criterion(name: str, cfg: Any, task: Any = None):
     """Instantiate the registered criterion ``name`` with its config (None if it has no options)."""
     entry = CRITERIA.get(name)
     return entry.obj(cfg, task)
-
-
-def reduce_logging_outputs(outputs: Iterable[dict]) -> dict:
-    """Sum a list of logging outputs (micro-batches, ranks) into one dict of plain floats."""
-    total: dict[str, float] = {}
-    for out in outputs:
-        for k, v in out.items():
-            total[k] = total.get(k, 0.0) + float(v)
-    return total
 
 
 def derived_metrics(agg: dict) -> dict:

@@ -9,17 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from nmt_toolkit.config import from_dict
-from nmt_toolkit.registry import ARCHITECTURES, MODELS
+from nmt_toolkit.registry import MODELS
 
 
 def build_model(model_name: str, cfg: Any, src_dict, tgt_dict):
     """Instantiate the registered model ``model_name`` from its config and the task's dictionaries."""
     return MODELS.get(model_name).obj.build_model(cfg, src_dict, tgt_dict)
-
-
-def model_name_of_arch(arch: str) -> str:
-    """The model an architecture preset configures (``transformer_base`` → ``transformer``)."""
-    return ARCHITECTURES.get(arch).parent
 
 
 def build_model_from_config_dict(config: dict, src_dict, tgt_dict, what: str = "checkpoint"):
