@@ -6,6 +6,8 @@ N local processes; under ``torchrun`` the rank layout comes from the environment
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -131,11 +133,43 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
-    if info is None and world > 1:
-        if uses_cuda(configs["optimization"]):
-            distributed.check_local_gpus(world)  # before any process starts
-        return distributed.spawn(_spawned_worker, world, (argv,))
-    return run_training(configs, info)
+    with save_dir_lock(configs["checkpoint"], info):
+        if info is None and world > 1:
+            if uses_cuda(configs["optimization"]):
+                distributed.check_local_gpus(world)  # before any process starts
+            return distributed.spawn(_spawned_worker, world, (argv,))
+        return run_training(configs, info)
+
+
+#: set by a run that holds its --save-dir lock for the ranks it spawns: "<pid>:<save dir>"
+LOCK_HELD_ENV = "NMT_TRAIN_SAVE_DIR_LOCKED_BY"
+
+
+@contextlib.contextmanager
+def save_dir_lock(ck, info):
+    """Hold ``--save-dir``'s lock for the whole run, so that a second nmt-train on it is refused.
+
+    One run takes it once: a single process, the parent of the ranks it spawns (they see LOCK_HELD_ENV
+    naming their parent and skip it), or rank 0 under torchrun (the only rank that writes)."""
+    from nmt_toolkit import locking
+    from nmt_toolkit.training.checkpoints import prepare_save_dir
+
+    save_dir = os.path.abspath(ck.save_dir)
+    inherited = os.environ.get(LOCK_HELD_ENV) == f"{os.getppid()}:{save_dir}"
+    if ck.no_save or inherited or (info is not None and not info.is_master):
+        yield
+        return
+    prepare_save_dir(ck.save_dir)
+    with locking.exclusive(os.path.join(save_dir, ".nmt-train.lock"), f"--save-dir {ck.save_dir}", "nmt-train"):
+        previous = os.environ.get(LOCK_HELD_ENV)
+        os.environ[LOCK_HELD_ENV] = f"{os.getpid()}:{save_dir}"
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(LOCK_HELD_ENV, None)
+            else:
+                os.environ[LOCK_HELD_ENV] = previous
 
 
 def _spawned_worker(argv: list[str]) -> int:

@@ -55,19 +55,19 @@ class PreprocessConfig:
     joined_dictionary: bool = option(False, "one dictionary for both languages (written as both dict files)")
     srcdict: Optional[str] = option(None, "reuse this source dictionary instead of building one", metavar="FILE")
     tgtdict: Optional[str] = option(None, "reuse this target dictionary instead of building one", metavar="FILE")
-    thresholdsrc: int = option(0, "drop source symbols seen fewer times than this")
-    thresholdtgt: int = option(0, "drop target symbols seen fewer times than this")
-    nwordssrc: int = option(-1, "keep at most this many source symbols (-1: all)")
-    nwordstgt: int = option(-1, "keep at most this many target symbols (-1: all)")
-    padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)")
-    workers: int = option(1, "parallel processes for counting and binarizing (output is identical for any N)")
+    thresholdsrc: int = option(0, "drop source symbols seen fewer times than this", low=0)
+    thresholdtgt: int = option(0, "drop target symbols seen fewer times than this", low=0)
+    nwordssrc: int = option(-1, "keep at most this many source symbols (-1: all)", low=1, also=(-1,))
+    nwordstgt: int = option(-1, "keep at most this many target symbols (-1: all)", low=1, also=(-1,))
+    padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)", low=1)
+    workers: int = option(1, "parallel processes for counting and binarizing (output is identical for any N)", low=1)
     bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
                                 choices=list(subword.KINDS))
-    bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)")
-    bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)")
+    bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)", low=1)
+    bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=0)
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")
-    num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)")
+    num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)", low=1)
     overwrite: bool = option(False, "replace everything earlier runs wrote into --destdir (dictionaries, subword "
                                     "model, every split) by the new set; without it, new splits are added to the old "
                                     "ones, which needs the same dictionaries")
@@ -293,13 +293,14 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
 
     destdir = os.path.abspath(cfg.destdir)
-    previous = None if cfg.overwrite else data_bin.previous_record(destdir, cfg.destdir, src, tgt)
     tmp = data_bin.staging_folder(destdir, cfg.destdir)
     try:
-        record = _build(cfg, splits, scans, tmp, destdir, command)
-        if previous:  # the folder's record lists its old splits too; the summary, this run's
-            data_bin.write_record(tmp, data_bin.merged(previous, record))
-        data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
+        with data_bin.lock(destdir, cfg.destdir):  # the folder's record is read, merged and replaced by one run
+            previous = None if cfg.overwrite else data_bin.previous_record(destdir, cfg.destdir, src, tgt)
+            record = _build(cfg, splits, scans, tmp, destdir, command)
+            if previous:  # the folder's record lists its old splits too; the summary, this run's
+                data_bin.write_record(tmp, data_bin.merged(previous, record))
+            data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
         return record
     except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
         named = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else None

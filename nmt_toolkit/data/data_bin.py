@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from typing import Optional
 
+from nmt_toolkit import locking
 from nmt_toolkit.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,14 @@ def staging_folder(destdir: str, shown: str) -> str:
         return tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-{os.getpid()}-", dir=parent)
     except OSError as exc:
         raise DataError(f"--destdir {shown}: cannot create it ({exc.strerror})") from None
+
+
+def lock(destdir: str, shown: str):
+    """Held for a whole run: a second nmt-preprocess on the same ``destdir`` is refused at once, instead of
+    both adding splits and one record overwriting the other's. The lock file sits beside the folder (which
+    may not exist yet), as the staging folders do."""
+    path = os.path.join(os.path.dirname(destdir), f".{os.path.basename(destdir)}.lock")
+    return locking.exclusive(path, f"--destdir {shown}", "nmt-preprocess")
 
 
 def _alive(pid: int) -> bool:
