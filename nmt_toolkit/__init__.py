@@ -6,3 +6,15 @@ imports the built-in models, criteria, optimizers, schedulers and tasks so that 
 """
 
 __version__ = "0.1.0"
+
+_LIBRARY = {"Translator": "nmt_toolkit.generation.translator", "Translation": "nmt_toolkit.generation.translator",
+            "Hypothesis": "nmt_toolkit.generation.translator"}
+
+
+def __getattr__(name: str):
+    """``from nmt_toolkit import Translator`` without importing torch for programs that never need it."""
+    if name in _LIBRARY:
+        import importlib
+
+        return getattr(importlib.import_module(_LIBRARY[name]), name)
+    raise AttributeError(f"module 'nmt_toolkit' has no attribute {name!r}")

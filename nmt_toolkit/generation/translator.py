@@ -1,0 +1,303 @@
+"""Translation as a library call: load a model once, then translate lists of sentences.
+
+    from nmt_toolkit import Translator
+
+    translator = Translator.load("ckpt/averaged.pt", data="data-bin/m30k")
+    for result in translator.translate(["A dog runs on the beach.", "Two men talk."], beam=4, nbest=2):
+        print(result.text)                                 # the best translation, detokenized
+        for hyp in result.hypotheses:                      # the n-best list, best first
+            print(f"{hyp.score:.3f}\t{hyp.text}")
+
+nmt-generate and nmt-interactive are this class plus their line formats: the same sentences give the same
+translations and scores through either. Sentences are encoded with the data-bin's subword model, batched by
+``max_tokens`` as nmt-generate batches them, decoded by the torch engine or by CTranslate2, and returned in
+input order. :meth:`Translator.translate_stream` keeps memory flat over inputs of any length.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.generation.config import GenerationConfig
+
+logger = logging.getLogger("nmt_toolkit.translator")
+
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One hypothesis of the n-best list. ``score`` is the length-penalised score the search ranked by and
+    ``positional_scores`` the per-token log-probabilities (end token included), both in base 2 as
+    nmt-generate prints them; ``pieces`` are the target subword pieces (nmt-generate's H- text)."""
+
+    text: str
+    pieces: str
+    score: float
+    positional_scores: tuple[float, ...]
+    alignment: Optional[tuple[int, ...]] = None
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A source sentence and its hypotheses, best first."""
+
+    source: str
+    hypotheses: tuple[Hypothesis, ...]
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def score(self) -> float:
+        return self.hypotheses[0].score if self.hypotheses else 0.0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What decodes: ``torch`` (our beam search) or ``ctranslate2``, on which device, with how many
+    CTranslate2 threads (the torch engine uses torch's process-wide count, which programs set)."""
+
+    name: str = "torch"
+    device: torch.device = torch.device("cpu")
+    precision: Optional[str] = None  # "fp16" or "bf16" (GPU only); None: float32
+    ct2_threads: int = 0
+    seed: int = 1
+
+
+class Translator:
+    """A loaded model (or ensemble) with its dictionaries and subword model; see the module docstring."""
+
+    def __init__(self, task, generator, detokenizer, engine: Engine, gen: GenerationConfig, models=None):
+        self.task, self.generator, self.detokenize = task, generator, detokenizer
+        self.engine, self.gen, self.models = engine, gen, models
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, path: str, data: str, *, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+             engine: str = "torch", device: Optional[str] = None, max_tokens: Optional[int] = None,
+             seed: int = 1, **options: Any) -> "Translator":
+        """Load ``path`` (a checkpoint, several joined by ``:``, or an nmt-export CTranslate2 folder with
+        ``engine="ctranslate2"``) with the data-bin ``data`` it was trained on. ``options`` are
+        :class:`GenerationConfig` fields (``beam``, ``nbest``, ``lenpen`` …) with their flags' ranges."""
+        from nmt_toolkit.config import from_dict
+        from nmt_toolkit.registry import TASKS, import_builtin_components
+
+        import_builtin_components()
+        entry = TASKS.get("translation")
+        task_values = {"data": data, "source_lang": source_lang, "target_lang": target_lang}
+        if max_tokens is not None:
+            task_values["max_tokens"] = max_tokens
+        task_cfg = from_dict(entry.config, {k: v for k, v in task_values.items() if v is not None}, what="Translator")
+        task_cfg.validate()
+        gen = from_dict(GenerationConfig, {**options, "path": path}, what="Translator")
+        gen.validate()
+        chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return cls.from_task(entry.obj.setup_task(task_cfg), gen, Engine(engine, chosen, seed=seed))
+
+    @classmethod
+    def from_task(cls, task, gen: GenerationConfig, engine: Engine, need_attn: bool = False,
+                  scores: bool = True) -> "Translator":
+        """Load ``gen.path`` for a task already set up (what the programs call after parsing options).
+        ``need_attn``: alignments will be asked for (CTranslate2 refuses); ``scores=False``: CTranslate2 skips
+        its per-token scoring pass (nmt-generate --quiet prints no scores)."""
+        from nmt_toolkit.generation.output import Detokenizer
+
+        if not gen.path:
+            raise UsageError("--path is required (a checkpoint, or several separated by ':')")
+        codec = task.subword()
+        detokenizer = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
+        if engine.name == "ctranslate2":
+            return cls(task, _ctranslate2_generator(task, gen, engine, need_attn, scores), detokenizer, engine, gen)
+        models = _load_models(task, gen, engine)
+        return cls(task, _beam_search(models, task, gen, engine), detokenizer, engine, gen, models)
+
+    # ------------------------------------------------------------------ translating
+
+    @property
+    def max_source_positions(self) -> int:
+        return min(self.generator.model.max_positions()[0], self.task.max_positions()[0])
+
+    def with_options(self, **options: Any) -> "Translator":
+        """The same loaded model with other search options (``beam=8``, ``nbest=4`` …); nothing is reloaded."""
+        if not options:
+            return self
+        from nmt_toolkit.config import from_dict
+
+        values = {**dataclasses.asdict(self.gen), **options}
+        gen = from_dict(GenerationConfig, values, what="Translator options")
+        gen.validate()
+        if self.models is None:  # CTranslate2 reads its options at each call: share the loaded model
+            generator = copy.copy(self.generator)
+            generator._tmp, generator.gen = None, gen  # the original keeps (and removes) its export folder
+        else:
+            generator = _beam_search(self.models, self.task, gen, self.engine)
+        return Translator(self.task, generator, self.detokenize, self.engine, gen, self.models)
+
+    def encode(self, lines: Sequence[str], what: str = "input") -> list[np.ndarray]:
+        """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended, and a
+        line longer than the model's source positions truncated with a warning naming it."""
+        return encode_lines(lines, self.task, self.task.subword(), self.max_source_positions, what)
+
+    def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
+        """Translate ``sentences`` (raw text, one sentence each); results in input order."""
+        return list(self.translate_stream(sentences, **options))
+
+    def translate_stream(self, sentences: Iterable[str], chunk_size: int = 10_000,
+                         **options: Any) -> Iterator[Translation]:
+        """Translate an iterable of any length, ``chunk_size`` sentences at a time, yielding in input order."""
+        translator = self.with_options(**options)
+        chunk: list[str] = []
+        for sentence in sentences:
+            chunk.append(sentence)
+            if len(chunk) == chunk_size:
+                yield from translator._translate_chunk(chunk)
+                chunk = []
+        if chunk:
+            yield from translator._translate_chunk(chunk)
+
+    def _translate_chunk(self, sentences: list[str]) -> list[Translation]:
+        ids = self.encode(sentences)
+        results: dict[int, list[dict]] = {}
+        nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty line has only its EOS
+        if nonempty:
+            dataset = self.task.build_dataset_for_inference([ids[i] for i in nonempty])
+            for sample, hyps in self.decode(self.batches(dataset)):
+                for row, sid in enumerate(sample["id"].tolist()):
+                    results[nonempty[sid]] = hyps[row]
+        return [Translation(source, tuple(self.hypothesis(h) for h in results.get(i, ())))
+                for i, source in enumerate(sentences)]
+
+    def batches(self, dataset, num_shards: int = 1, shard_id: int = 0):
+        """nmt-generate's batches of ``dataset``: by length, within the task's ``max_tokens``, in a fixed order."""
+        return self.task.get_batch_iterator(dataset, required_batch_size_multiple=1,
+                                            max_positions=(self.max_source_positions, None), shuffle=False,
+                                            num_shards=num_shards, shard_id=shard_id).next_epoch_itr(shuffle=False)
+
+    def decode(self, batches, need_attn: bool = False, workers: Optional[int] = None):
+        """Yield ``(sample, hypotheses per sentence)`` for each batch, in order; on the CPU several batches
+        decode at once (``workers``; default: :func:`decode_workers`)."""
+        from nmt_toolkit.generation.parallel import decode_batches
+
+        if workers is None:
+            workers = decode_workers(None, self.gen, self.engine, len(batches))
+        with torch.inference_mode():
+            yield from decode_batches(batches, lambda sample: self.translate_batch(sample, need_attn), workers)
+
+    def translate_batch(self, sample: dict, need_attn: bool = False) -> list[list[dict]]:
+        """One collated batch through the search (or teacher-forced scoring with ``score_reference``)."""
+        device = self.engine.device
+        src = sample["net_input"]["src_tokens"].to(device)
+        lengths = sample["net_input"]["src_lengths"].to(device)
+        target = sample.get("target")
+        if self.gen.score_reference:
+            if target is None:
+                raise UsageError("--score-reference needs references (a binarized split, not --input)")
+            return self.generator.score_reference(src, lengths, target.to(device), need_attn=need_attn)
+        prefix = None
+        if self.gen.prefix_size > 0:
+            if target is None:
+                raise UsageError("--prefix-size needs references (a binarized split, not --input)")
+            prefix = target[:, : self.gen.prefix_size].to(device)
+            prefix = prefix.masked_fill(prefix == self.generator.eos, self.generator.pad)
+        return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+
+    def hypothesis(self, hyp: dict) -> Hypothesis:
+        """A search result (token ids, natural-log scores) as a :class:`Hypothesis`."""
+        pieces = self.task.tgt_dict.string(hyp["tokens"])
+        alignment = hyp.get("alignment")
+        return Hypothesis(text=self.detokenize(pieces), pieces=pieces, score=float(hyp["score"]) / LN2,
+                          positional_scores=tuple(float(p) / LN2 for p in hyp["positional_scores"].tolist()),
+                          alignment=None if alignment is None else tuple(alignment.tolist()))
+
+
+# ---------------------------------------------------------------------- pieces shared with the programs
+
+
+def encode_lines(lines: Sequence[str], task, codec, max_src: int, what: str = "input") -> list[np.ndarray]:
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, truncated to the model with a warning)."""
+    pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
+    out = []
+    for i, p in enumerate(pieces):
+        ids = task.src_dict.encode_tokens(p)
+        if len(ids) > max_src:
+            logger.warning("%s line %d: %d tokens exceed the model's %d source positions; truncated", what, i + 1,
+                           len(ids), max_src)
+            ids = np.concatenate([ids[: max_src - 1], ids[-1:]])
+        out.append(ids)
+    return out
+
+
+def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engine, num_batches: int) -> int:
+    """How many batches decode at once. Batches decode concurrently on the CPU only, and sampling draws from
+    one seeded random stream, which concurrent batches would consume in an unpredictable order. Unset, a CPU
+    decode takes :func:`~nmt_toolkit.generation.parallel.auto_workers` workers: a beam step is hundreds of
+    small operations on which intra-op threads mostly wait for each other, so one-thread workers on batches
+    of their own keep the cores busier. CTranslate2 spreads a batch over its own threads."""
+    from nmt_toolkit.generation.parallel import auto_workers
+
+    if engine.name == "ctranslate2":
+        return 1
+    serial = engine.device.type != "cpu" or gen.sampling
+    if requested is None:
+        return 1 if serial else auto_workers(num_batches, torch.get_num_threads())
+    if requested > 1 and serial:
+        logger.warning("--decode-workers %d ignored: %s decodes one batch at a time", requested,
+                       "--sampling" if gen.sampling else "GPU decoding")
+        return 1
+    return requested
+
+
+def _load_models(task, gen: GenerationConfig, engine: Engine) -> list:
+    """The checkpoints of ``gen.path``, on the engine's device and in its precision; on the CPU in float32
+    with the CPU back end applied (``gen.cpu_packed_linear``)."""
+    from nmt_toolkit.generation.ensemble import load_ensemble
+
+    data, cfg = task.cfg.data, task.cfg
+    dict_files = [os.path.join(data, f"dict.{cfg.source_lang}.txt"), os.path.join(data, f"dict.{cfg.target_lang}.txt")]
+    models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, engine.device)
+    if engine.precision is not None:
+        flag = f"--{engine.precision}"
+        if engine.device.type != "cuda":
+            raise UsageError(f"{flag} needs a GPU (drop {flag} or --cpu)")
+        # log-probabilities, attention softmaxes and scores stay in float32 (see ensemble.py)
+        models = [m.to(torch.float16 if engine.precision == "fp16" else torch.bfloat16) for m in models]
+    if engine.device.type == "cpu" and gen.cpu_packed_linear:
+        from nmt_toolkit.generation.cpu import optimize_for_cpu
+
+        for model in models:
+            optimize_for_cpu(model)
+    return models
+
+
+def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+
+    generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=engine.seed)
+    gen.check_model_limit(generator.model.max_positions()[1])
+    return generator
+
+
+def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True):
+    """The CTranslate2 engine (``generation/ct2_engine.py``), after refusing what it lacks."""
+    from nmt_toolkit.generation.ct2_engine import CTranslate2Generator, unsupported_options
+
+    extra = (f"--{engine.precision}",) if engine.precision else ()
+    lacking = unsupported_options(gen, need_attn, extra)
+    if lacking:
+        raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
+    generator = CTranslate2Generator(gen.path, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
+                                     scores=scores)
+    gen.check_model_limit(generator.model.max_positions()[1])
+    return generator
