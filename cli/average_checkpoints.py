@@ -28,9 +28,9 @@ class AverageConfig:
                                    "--num-epoch-checkpoints / --num-update-checkpoints", multiple=True,
                                metavar="PATH")
     output: Optional[str] = option(None, "where to write the averaged checkpoint", metavar="FILE")
-    num_epoch_checkpoints: int = option(0, "average the last N checkpoint<epoch>.pt of the --inputs folder")
-    num_update_checkpoints: int = option(0, "average the last N checkpoint_<epoch>_<updates>.pt of the folder")
-    checkpoint_upper_bound: Optional[int] = option(None, "ignore checkpoints after this epoch / update number")
+    num_epoch_checkpoints: int = option(0, "average the last N checkpoint<epoch>.pt of the --inputs folder", low=0)
+    num_update_checkpoints: int = option(0, "average the last N checkpoint_<epoch>_<updates>.pt of the folder", low=0)
+    checkpoint_upper_bound: Optional[int] = option(None, "ignore checkpoints after this epoch / update number", low=0)
 
 
 def average(configs: dict) -> int:

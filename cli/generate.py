@@ -38,7 +38,7 @@ class DecodeDeviceConfig:
     device: Optional[str] = option(None, "cpu or cuda [default: cuda when available, unless --cpu]",
                                    choices=("cpu", "cuda"))
     threads: Optional[int] = option(None, "intra-op threads (torch.set_num_threads / CTranslate2's intra_threads) "
-                                          "[default: torch's count]", metavar="N")
+                                          "[default: torch's count]", metavar="N", low=1)
 
 
 @dataclass
@@ -50,23 +50,24 @@ class GenerateIOConfig(DecodeDeviceConfig):
                                          metavar="FOLDER")
     quiet: bool = option(False, "print only the final score line")
     num_shards: int = option(1, "decode only every N-th batch (with --shard-id): one process per shard, e.g. per GPU; "
-                                "under torchrun the ranks are the shards. Merge: cat the outputs, grep ^D- | sort -V")
-    shard_id: int = option(0, "which of the --num-shards shards this process decodes (0 .. N-1)")
+                                "under torchrun the ranks are the shards. Merge: cat the outputs, grep ^D- | sort -V",
+                             low=1)
+    shard_id: int = option(0, "which of the --num-shards shards this process decodes (0 .. N-1)", low=0)
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
     decode_workers: Optional[int] = option(None, "CPU: decode this many batches at once, each on its share of "
                                                  "torch's threads (CTranslate2's inter_threads). Default: one per "
                                                  "intra-op thread, at most 4, with at least 4 batches each; GPU "
-                                                 "decoding and --sampling use 1", metavar="N")
+                                                 "decoding and --sampling use 1", metavar="N", low=1)
     attention_plot: Optional[str] = option(None, "write one PNG attention heatmap per sentence to this folder, as "
                                                  "in the paper's Figures 3-5 (needs matplotlib: the [viz] extra)",
                                            metavar="DIR")
-    attention_plot_max: int = option(20, "plot at most this many sentences")
+    attention_plot_max: int = option(20, "plot at most this many sentences", low=0)
     attention_plot_kind: str = option("encoder-decoder", "which attention to plot",
                                       choices=("encoder", "decoder", "encoder-decoder"))
-    attention_plot_layer: int = option(-1, "which layer to plot (0 = first, -1 = last)")
-    attention_plot_head: int = option(-1, "which head to plot (-1 = the mean of all heads)")
+    attention_plot_layer: int = option(-1, "which layer to plot (0 = first, -1 = last)", low=-1)
+    attention_plot_head: int = option(-1, "which head to plot (-1 = the mean of all heads)", low=-1)
 
 
 def _device(cfg: GenerateIOConfig):

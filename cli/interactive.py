@@ -28,7 +28,7 @@ logger = logging.getLogger("nmt_toolkit.interactive")
 @dataclass
 class InteractiveIOConfig(DecodeDeviceConfig):
     input: str = option("-", "read raw text from this file ('-': stdin)", metavar="FILE")
-    buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once)")
+    buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once)", low=1)
     plain: bool = option(False, "print only the detokenized translation, one line per input line")
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto'", metavar="SYMBOL")

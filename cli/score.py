@@ -30,10 +30,10 @@ class ScoreConfig:
     compound_split: bool = option(False, "with --tokenized-bleu: split compounds as rich ##AT##-##AT## text")
     lang: str = option("de", "language of the outputs for the Moses tokenizer of --tokenized-bleu")
     paired_bootstrap: bool = option(False, "paired bootstrap resampling: the first --sys is the baseline")
-    bootstrap_samples: int = option(1000, "resamples for --paired-bootstrap")
+    bootstrap_samples: int = option(1000, "resamples for --paired-bootstrap", low=1)
     evalb_params: Optional[str] = option(None, "EVALB parameter file (COLLINS.prm) for --metric parseval",
                                          metavar="FILE")
-    width: int = option(1, "decimals of the printed scores (sacrebleu's --width; its default is 1)")
+    width: int = option(1, "decimals of the printed scores (sacrebleu's --width; its default is 1)", low=0, high=16)
     score_only: bool = option(False, "print only the score numbers (sacrebleu's -b)")
     json: bool = option(False, "print results as JSON (one object per metric, in a list)")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
@@ -38,21 +39,107 @@ def option(
     multiple: bool = False,
     default_factory: Any = MISSING,
     cli: bool = True,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    also: Sequence[float] = (),
+    allow_inf: bool = False,
 ):
     """A dataclass field that is also a CLI flag and a YAML key.
 
     ``help`` is required in spirit: ``--help`` must explain every option. ``positional`` makes the field a
     positional argument (the data folder, as in fairseq); ``multiple`` a repeatable flag (``--ref a --ref b``);
     ``cli=False`` keeps a field out of the command line (YAML only), for values derived by the program.
+
+    A number's valid range is declared here too, so the command line, YAML files and ``--help`` agree on
+    it: ``low``/``high`` bound it (inclusive unless ``low_open``/``high_open``), ``also`` lists sentinel
+    values outside the bounds that keep a documented meaning (``-1``: no limit). A float is always refused
+    when it is nan or infinite, unless ``allow_inf`` accepts ``inf`` (for a "no limit" value).
     """
+    bounds = Range(low, high, low_open, high_open, tuple(also), allow_inf)
     meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag,
-            "positional": positional, "multiple": multiple, "cli": cli}
+            "positional": positional, "multiple": multiple, "cli": cli, "range": bounds}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     if isinstance(default, (list, dict, set)):
         value = default
         return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------- ranges
+
+
+def _number_text(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a numeric option (see :func:`option`)."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+    also: tuple = ()
+    allow_inf: bool = False
+
+    @property
+    def bounded(self) -> bool:
+        return self.low is not None or self.high is not None
+
+    def contains(self, value: float) -> bool:
+        if value in self.also:
+            return True
+        if isinstance(value, float) and not math.isfinite(value):
+            return self.allow_inf and value == math.inf and self.high is None
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def interval(self) -> str:
+        """The range in a few symbols for ``--help``: ``≥ 0``, ``(0, 1]``, ``≥ 1 or -1``."""
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"{left}{_number_text(low)}, {_number_text(high)}{right}"
+        elif low is not None:
+            text = f"{'>' if self.low_open else '≥'} {_number_text(low)}"
+        elif high is not None:
+            text = f"{'<' if self.high_open else '≤'} {_number_text(high)}"
+        else:
+            text = "any"
+        extra = [_number_text(v) for v in self.also] + (["inf"] if self.allow_inf else [])
+        return text + (" or " + " or ".join(extra) if extra else "")
+
+    def describe(self, tp: Any) -> str:
+        """What the error message asks for: ``a finite number ≥ 0``, ``an integer in [1, 8]``."""
+        noun = "an integer" if tp is int else ("a number" if self.allow_inf else "a finite number")
+        if not self.bounded:
+            return noun + (" or " + " or ".join(_number_text(v) for v in self.also) if self.also else "")
+        text = self.interval()
+        return f"{noun} in {text}" if text.startswith(("(", "[")) else f"{noun} {text}"
+
+
+def _field_range(f: dataclasses.Field) -> Range:
+    return f.metadata.get("range") or Range()
+
+
+def check_range(f: dataclasses.Field, tp: Any, value: Any, what: str, error: type = UsageError) -> None:
+    """Refuse a number outside ``f``'s declared range (a float's nan/inf always), naming ``what``."""
+    tp, _ = _unwrap_optional(tp)
+    item = _sequence_item_type(tp)
+    number_type = item if item is not None else tp
+    if number_type not in (int, float) or value is None:
+        return
+    bounds = _field_range(f)
+    for v in (value if item is not None else [value]):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not bounds.contains(v):
+            raise error(f"{what} {_number_text(v)}: must be {bounds.describe(number_type)}")
 
 
 # --------------------------------------------------------------------------- types
@@ -239,7 +326,11 @@ def click_params(cls: type) -> list[click.Parameter]:
             else:
                 params.append(click.Option([name, f.name], is_flag=True, default=False, help=help_text))
             continue
-        show = "" if default is None or default == [] else f" [default: {_default_text(default)}]"
+        notes = [] if default is None or default == [] else [f"default: {_default_text(default)}"]
+        item = _sequence_item_type(tp)
+        if (item or tp) in (int, float) and (_field_range(f).bounded or _field_range(f).also):
+            notes.append(f"range: {_field_range(f).interval()}")
+        show = f" [{'; '.join(notes)}]" if notes else ""
         params.append(
             click.Option(
                 [flag_name(f), f.name],
@@ -313,6 +404,7 @@ def resolve(
     if preset is not None:
         preset(configs)
     skip = set(ignore_yaml_keys)
+    source: dict[str, str] = {}  # field name -> how an error names where its value came from
     for key, value in (yaml_values or {}).items():
         if key in skip:
             continue
@@ -320,7 +412,8 @@ def resolve(
             raise UsageError(f"--config {yaml_path}: unknown key {key!r}{closest(key, owners)}")
         group, f = owners[key]
         hints = _resolved_hints(group.cls)
-        setattr(configs[group.name], key, coerce(value, hints[key], f"--config {yaml_path}: {key}"))
+        source[key] = f"--config {yaml_path}: {key}"
+        setattr(configs[group.name], key, coerce(value, hints[key], source[key]))
     for key in explicit:
         if key not in owners:
             continue
@@ -329,12 +422,23 @@ def resolve(
         value = cli_values[key]
         if f.metadata.get("multiple") and isinstance(value, tuple):
             value = list(value)
-        setattr(configs[group.name], key, coerce(value, hints[key], flag_name(f)))
+        source[key] = flag_name(f)
+        setattr(configs[group.name], key, coerce(value, hints[key], source[key]))
+    _check_ranges(groups, configs, source)
     for cfg in configs.values():
         check = getattr(cfg, "validate", None)
         if callable(check):
             check()
     return configs
+
+
+def _check_ranges(groups: Sequence[Group], configs: dict[str, Any], source: dict[str, str]) -> None:
+    """Every numeric field in its declared range, whichever source set it (a preset's value is named by
+    its flag), before any component sees the values."""
+    for group in groups:
+        hints = _resolved_hints(group.cls)
+        for f in fields(group.cls):
+            check_range(f, hints[f.name], getattr(configs[group.name], f.name), source.get(f.name, flag_name(f)))
 
 
 def explicit_params(ctx: click.Context) -> set[str]:
@@ -369,6 +473,9 @@ def from_dict(cls: type, values: dict[str, Any], what: str = "config") -> Any:
         if key not in names:
             raise NmtError(f"{what}: unknown key {key!r}{closest(key, names)}")
         kwargs[key] = coerce(value, hints[key], f"{what}: {key}")
+    by_name = {f.name: f for f in fields(cls)}
+    for key, value in kwargs.items():
+        check_range(by_name[key], hints[key], value, f"{what}: {key}", NmtError)
     return cls(**kwargs)
 
 
@@ -385,7 +492,7 @@ class CommonConfig:
     user_dir: Optional[str] = option(None, "import this plugin package (a folder or .py file) before anything else",
                                      metavar="PATH")
     debug: bool = option(False, "show Python tracebacks for errors")
-    seed: int = option(1, "random seed: fixes initialisation, dropout and data order")
+    seed: int = option(1, "random seed: fixes initialisation, dropout and data order", low=0, high=2**32 - 1)
 
 
 def build_command(
@@ -421,7 +528,7 @@ def build_command(
             return 0
         return run(configs)
 
-    return _HelpSectionsCommand(
+    command = _HelpSectionsCommand(
         prog,
         params=params,
         callback=callback,
@@ -429,6 +536,8 @@ def build_command(
         sections=sections,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
     )
+    command.groups = list(groups)  # what the program's options are made of, for tools and tests that walk them
+    return command
 
 
 def peek_options(argv: Sequence[str], names: Sequence[str]) -> dict[str, Optional[str]]:

@@ -23,7 +23,8 @@ from nmt_toolkit.criterions.cross_entropy import finish
 
 @dataclass
 class LabelSmoothedCrossEntropyConfig:
-    label_smoothing: float = option(0.1, "ε_ls: probability mass spread over the wrong classes (0 = plain CE)")
+    label_smoothing: float = option(0.1, "ε_ls: probability mass spread over the wrong classes (0 = plain CE)",
+                                    low=0, high=1, high_open=True)
     sentence_avg: bool = option(False, "normalise the loss per sentence instead of per target token")
 
 

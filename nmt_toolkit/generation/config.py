@@ -14,30 +14,31 @@ class GenerationConfig:
 
     path: Optional[str] = option(None, "checkpoint(s) to decode with; several separated by ':' form an ensemble",
                                  metavar="FILE[:FILE…]")
-    beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)")
-    nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)")
-    lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation")
+    beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)", low=1)
+    nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)", low=1)
+    lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation", low=0)
     lenpen_style: str = option("gnmt", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha",
                                choices=("gnmt", "fairseq"))
-    max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)")
+    max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)", low=0)
     max_len_b: int = option(50, "see --max-len-a (parsing uses 300)")
     max_len_source: str = option("sentence", "the source length in --max-len-a: each sentence's own, or the "
                                              "longest of its batch (fairseq-generate's rule; with --lenpen-style "
                                              "fairseq --early-stop beam it reproduces fairseq's hypotheses)",
                                  choices=("sentence", "batch"))
-    min_len: int = option(1, "minimum output length (EOS excluded)")
+    min_len: int = option(1, "minimum output length (EOS excluded)", low=0)
     unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it)")
-    no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)")
-    prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix")
+    no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)", low=0)
+    prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix", low=0)
     early_stop: str = option(
         "bound", "bound: a sentence stops when no active hypothesis can beat the finished ones it outputs "
                  "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "
                  "search every sentence to its maximum length",
         choices=("bound", "beam", "never"))
     sampling: bool = option(False, "sample instead of beam search")
-    sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)")
-    sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)")
-    temperature: float = option(1.0, "divide the logits by this before the softmax")
+    sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)", low=1, also=(-1,))
+    sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)",
+                                  low=0, high=1, low_open=True, also=(-1.0,))
+    temperature: float = option(1.0, "divide the logits by this before the softmax", low=0, low_open=True)
     score_reference: bool = option(False, "score the references (teacher forced) instead of searching")
     static_search: str = option("auto", "the static-shape beam search, whose step runs as one CUDA graph "
                                         "(generation/static_search.py): auto = on for CUDA when the options allow "
@@ -46,7 +47,8 @@ class GenerationConfig:
                                         "naming an option it lacks; off = never",
                                 choices=("auto", "on", "off"))
     static_check_interval: int = option(4, "static-shape search: ask the device whether every sentence of the "
-                                           "batch has finished every N steps (each ask waits for it)", metavar="N")
+                                           "batch has finished every N steps (each ask waits for it)", metavar="N",
+                                        low=1)
     cpu_packed_linear: bool = option(True, "CPU float32 decoding: linear layers through oneDNN with their weights "
                                            "packed once (a ReLU fused into its product) and each step's attention "
                                            "as two batched products (generation/cpu.py; checked against F.linear "

@@ -30,16 +30,17 @@ UNBOUNDED_POSITIONS = 1_000_000  # sinusoidal encodings are computed for any len
 class TransformerConfig:
     """Options of the ``transformer`` model (Table 3 rows are reachable with these flags)."""
 
-    encoder_layers: int = option(6, "number of encoder layers (N)")
-    decoder_layers: int = option(6, "number of decoder layers (N)")
-    embed_dim: int = option(512, "model dimension d_model (embeddings and every sub-layer output)")
-    ffn_embed_dim: int = option(2048, "inner dimension d_ff of the position-wise feed-forward networks")
-    attention_heads: int = option(8, "number of attention heads (h)")
-    key_dim: Optional[int] = option(None, "per-head query/key dimension d_k [default: embed_dim / heads]")
-    value_dim: Optional[int] = option(None, "per-head value dimension d_v [default: embed_dim / heads]")
-    dropout: float = option(0.1, "dropout on sub-layer outputs and on embedding + position sums (P_drop)")
-    attention_dropout: float = option(0.0, "dropout on attention probabilities")
-    activation_dropout: float = option(0.0, "dropout after the feed-forward activation")
+    encoder_layers: int = option(6, "number of encoder layers (N)", low=1)
+    decoder_layers: int = option(6, "number of decoder layers (N)", low=1)
+    embed_dim: int = option(512, "model dimension d_model (embeddings and every sub-layer output)", low=1)
+    ffn_embed_dim: int = option(2048, "inner dimension d_ff of the position-wise feed-forward networks", low=1)
+    attention_heads: int = option(8, "number of attention heads (h)", low=1)
+    key_dim: Optional[int] = option(None, "per-head query/key dimension d_k [default: embed_dim / heads]", low=1)
+    value_dim: Optional[int] = option(None, "per-head value dimension d_v [default: embed_dim / heads]", low=1)
+    dropout: float = option(0.1, "dropout on sub-layer outputs and on embedding + position sums (P_drop)",
+                            low=0, high=1, high_open=True)
+    attention_dropout: float = option(0.0, "dropout on attention probabilities", low=0, high=1, high_open=True)
+    activation_dropout: float = option(0.0, "dropout after the feed-forward activation", low=0, high=1, high_open=True)
     activation_fn: str = option("relu", "feed-forward activation", choices=["relu", "gelu"])
     normalize_before: bool = option(False, "pre-norm layers x + Sublayer(LayerNorm(x)) with a final LayerNorm "
                                            "(the paper uses post-norm)")
@@ -49,7 +50,7 @@ class TransformerConfig:
                                            "fairseq lays them out (sine half, cosine half, positions from "
                                            "padding_idx+1): for models made by or for fairseq",
                                   choices=["paper", "fairseq"])
-    max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)")
+    max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)", low=1)
     share_all_embeddings: bool = option(False, "one matrix for encoder input, decoder input and pre-softmax "
                                                "weights (needs a joined dictionary)")
     share_decoder_input_output_embed: bool = option(False, "tie the decoder input embeddings and the "

@@ -51,7 +51,7 @@ class Scheduler:
 
 @dataclass
 class FixedConfig:
-    warmup_updates: int = option(0, "linear warmup from 0 over this many updates, then the constant --lr")
+    warmup_updates: int = option(0, "linear warmup from 0 over this many updates, then the constant --lr", low=0)
 
 
 @register_lr_scheduler("fixed", FixedConfig)
@@ -65,8 +65,8 @@ class FixedSchedule(Scheduler):
 
 @dataclass
 class NoamConfig:
-    warmup_updates: int = option(4000, "warmup_steps of eq. 3")
-    model_dim: Optional[int] = option(None, "d_model of eq. 3 (default: the model's --embed-dim)")
+    warmup_updates: int = option(4000, "warmup_steps of eq. 3", low=1)
+    model_dim: Optional[int] = option(None, "d_model of eq. 3 (default: the model's --embed-dim)", low=1)
 
 
 @register_lr_scheduler("noam", NoamConfig)
@@ -96,8 +96,8 @@ def noam(step: int, d_model: int, warmup: int) -> float:
 
 @dataclass
 class InverseSqrtConfig:
-    warmup_updates: int = option(4000, "linear warmup from --warmup-init-lr to --lr over this many updates")
-    warmup_init_lr: float = option(-1.0, "initial lr of the warmup (default: 0 if --lr > 0)")
+    warmup_updates: int = option(4000, "linear warmup from --warmup-init-lr to --lr over this many updates", low=0)
+    warmup_init_lr: float = option(-1.0, "initial lr of the warmup (default: 0 if --lr > 0)", low=0, also=(-1.0,))
 
 
 @register_lr_scheduler("inverse_sqrt", InverseSqrtConfig)
@@ -114,9 +114,9 @@ class InverseSqrtSchedule(Scheduler):
 
 @dataclass
 class CosineConfig:
-    warmup_updates: int = option(0, "linear warmup updates before the cosine decay")
-    min_lr: float = option(0.0, "lr at the end of the cosine period")
-    cosine_period_updates: int = option(0, "length of the cosine decay in updates (default: --max-update)")
+    warmup_updates: int = option(0, "linear warmup updates before the cosine decay", low=0)
+    min_lr: float = option(0.0, "lr at the end of the cosine period", low=0)
+    cosine_period_updates: int = option(0, "length of the cosine decay in updates (default: --max-update)", low=0)
 
 
 @register_lr_scheduler("cosine", CosineConfig)
@@ -136,9 +136,10 @@ class CosineSchedule(Scheduler):
 
 @dataclass
 class PlateauConfig:
-    lr_shrink: float = option(0.5, "multiply the lr by this when the validation loss stops improving")
-    lr_patience: int = option(0, "epochs without improvement before shrinking")
-    lr_threshold: float = option(1e-4, "relative improvement that counts")
+    lr_shrink: float = option(0.5, "multiply the lr by this when the validation loss stops improving",
+                              low=0, low_open=True, high=1)
+    lr_patience: int = option(0, "epochs without improvement before shrinking", low=0)
+    lr_threshold: float = option(1e-4, "relative improvement that counts", low=0, high=1, high_open=True)
 
 
 @register_lr_scheduler("reduce_lr_on_plateau", PlateauConfig)

@@ -32,8 +32,8 @@ def parse_betas(text) -> tuple[float, float]:
 @dataclass
 class AdamConfig:
     adam_betas: str = option("0.9,0.98", "Adam β1,β2 (the paper: 0.9,0.98; fairseq's '(0.9, 0.98)' also works)")
-    adam_eps: float = option(1e-9, "Adam ε (the paper: 1e-9)")
-    weight_decay: float = option(0.0, "decoupled weight decay (AdamW); 0 = plain Adam")
+    adam_eps: float = option(1e-9, "Adam ε (the paper: 1e-9)", low=0, low_open=True)
+    weight_decay: float = option(0.0, "decoupled weight decay (AdamW); 0 = plain Adam", low=0)
     adam_impl: str = option("auto", "kernel: fused (one kernel for all tensors), foreach, or plain loop; "
                             "auto = fused when the build supports it", choices=["auto", "fused", "foreach", "loop"])
 
@@ -70,7 +70,7 @@ def build_adam(cfg: AdamConfig | None, params, lr: float) -> torch.optim.Optimiz
 
 @dataclass
 class SGDConfig:
-    momentum: float = option(0.0, "SGD momentum")
+    momentum: float = option(0.0, "SGD momentum", low=0, high=1, high_open=True)
 
 
 @register_optimizer("sgd", SGDConfig)

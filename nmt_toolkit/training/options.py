@@ -16,15 +16,16 @@ VALIDATION_METRICS = tuple(derived_metrics({"sample_size": 1.0, "ntokens": 1.0})
 @dataclass
 class OptimizationConfig:
     lr: Optional[float] = option(None, "learning rate: the peak for inverse_sqrt, the constant for fixed; with noam a "
-                                 "scale factor of eq. 3 (default: 5e-4; 1.0 for noam)")
-    max_update: int = option(0, "stop after this many optimizer updates (0 = no limit)")
-    max_epoch: int = option(0, "stop after this many epochs (0 = no limit)")
-    update_freq: int = option(1, "accumulate gradients over N batches per update (N× larger effective batch)")
-    clip_norm: float = option(0.0, "clip the global gradient norm to this value (0 = no clipping)")
-    stop_time_hours: float = option(0.0, "stop (saving a checkpoint) after this much wall-clock time (0 = no limit)")
-    max_skipped_updates: int = option(10, "stop with an error after this many non-finite updates in a row")
-    validate_interval: int = option(1, "validate every N epochs")
-    validate_interval_updates: int = option(0, "also validate every N updates (0 = only at epoch ends)")
+                                 "scale factor of eq. 3 (default: 5e-4; 1.0 for noam)", low=0)
+    max_update: int = option(0, "stop after this many optimizer updates (0 = no limit)", low=0)
+    max_epoch: int = option(0, "stop after this many epochs (0 = no limit)", low=0)
+    update_freq: int = option(1, "accumulate gradients over N batches per update (N× larger effective batch)", low=1)
+    clip_norm: float = option(0.0, "clip the global gradient norm to this value (0 = no clipping)", low=0)
+    stop_time_hours: float = option(0.0, "stop (saving a checkpoint) after this much wall-clock time (0 = no limit)",
+                                    low=0)
+    max_skipped_updates: int = option(10, "stop with an error after this many non-finite updates in a row", low=1)
+    validate_interval: int = option(1, "validate every N epochs", low=1)
+    validate_interval_updates: int = option(0, "also validate every N updates (0 = only at epoch ends)", low=0)
     validate_at_start: bool = option(True, "on a fresh start, validate once before the first update (the "
                                      "baseline the later validations are read against)")
     disable_validation: bool = option(False, "do not validate")
@@ -35,7 +36,7 @@ class OptimizationConfig:
                           "graphs compiled is logged)", choices=["auto", "on", "off"])
     pad_to_multiple: Optional[int] = option(None, "pad source and target lengths of each training batch to a "
                                             "multiple of N with pad tokens (fewer shapes to compile; the loss "
-                                            "is unchanged); default: 8 when compiling on CUDA, else 1")
+                                            "is unchanged); default: 8 when compiling on CUDA, else 1", low=1)
 
     def validate(self) -> None:
         if self.pad_to_multiple is not None and self.pad_to_multiple < 1:
@@ -50,19 +51,19 @@ class OptimizationConfig:
 class CheckpointConfig:
     save_dir: str = option("checkpoints", "folder for checkpoints and config.yaml")
     restore_file: str = option("checkpoint_last.pt", "checkpoint to resume from (relative to --save-dir)")
-    save_interval: int = option(1, "save a checkpoint every N epochs")
-    save_interval_updates: int = option(0, "also save checkpoint_<epoch>_<updates>.pt every N updates")
+    save_interval: int = option(1, "save a checkpoint every N epochs", low=1)
+    save_interval_updates: int = option(0, "also save checkpoint_<epoch>_<updates>.pt every N updates", low=0)
     save_interval_minutes: float = option(0.0, "also save checkpoint_<epoch>_<updates>.pt every N minutes "
-                                          "(the paper: 10)")
-    keep_last_epochs: int = option(-1, "keep only the last N epoch checkpoints (-1 = all)")
-    keep_interval_updates: int = option(-1, "keep only the last N update/minute checkpoints (-1 = all)")
-    keep_best_checkpoints: int = option(-1, "keep the N best checkpoints by the validation metric (-1 = off)")
+                                          "(the paper: 10)", low=0)
+    keep_last_epochs: int = option(-1, "keep only the last N epoch checkpoints (-1 = all)", low=-1)
+    keep_interval_updates: int = option(-1, "keep only the last N update/minute checkpoints (-1 = all)", low=-1)
+    keep_best_checkpoints: int = option(-1, "keep the N best checkpoints by the validation metric (-1 = off)", low=-1)
     no_epoch_checkpoints: bool = option(False, "write only checkpoint_last.pt and checkpoint_best.pt")
     no_last_checkpoints: bool = option(False, "do not write checkpoint_last.pt")
     no_save: bool = option(False, "write no checkpoints at all")
     best_checkpoint_metric: str = option("loss", "validation metric for checkpoint_best.pt and --patience")
     maximize_best_checkpoint_metric: bool = option(False, "a larger metric is better")
-    patience: int = option(-1, "stop after N validations without improvement (-1 = never)")
+    patience: int = option(-1, "stop after N validations without improvement (-1 = never)", low=-1)
     reset_optimizer: bool = option(False, "resume without the optimizer state")
     reset_lr_scheduler: bool = option(False, "resume without the LR scheduler state")
     reset_dataloader: bool = option(False, "resume at the start of epoch 1 of the data")
@@ -78,11 +79,12 @@ class CheckpointConfig:
 
 @dataclass
 class DistributedConfig:
-    distributed_world_size: int = option(1, "spawn N local training processes (torchrun sets this itself)")
+    distributed_world_size: int = option(1, "spawn N local training processes (torchrun sets this itself)", low=1)
     distributed_backend: str = option("auto", "auto = nccl on CUDA, gloo on CPU", choices=["auto", "nccl", "gloo"])
-    distributed_timeout: float = option(600.0, "seconds before a collective waiting on a dead rank gives up")
+    distributed_timeout: float = option(600.0, "seconds before a collective waiting on a dead rank gives up",
+                                        low=0, low_open=True)
     bucket_cap_mb: float = option(0.0, "DDP gradient bucket size in MB (all-reduced while the backward pass "
-                                  "goes on); 0 = sized for the model: its gradients / 16, within 25-100")
+                                  "goes on); 0 = sized for the model: its gradients / 16, within 25-100", low=0)
 
     def validate(self) -> None:
         if self.distributed_world_size < 1:
@@ -96,20 +98,22 @@ class PrecisionConfig:
     fp16: bool = option(False, "CUDA mixed precision: fp16 autocast with dynamic loss scaling (GradScaler)")
     amp: bool = option(False, "alias of --fp16, as fairseq users know it")
     bf16: bool = option(False, "bfloat16 autocast (CPU and CUDA); no loss scaling needed")
-    fp16_init_scale: float = option(128.0, "initial loss scale")
-    fp16_scale_window: int = option(2000, "updates without overflow before the loss scale doubles")
-    min_loss_scale: float = option(1e-4, "stop with an error when the loss scale falls below this")
+    fp16_init_scale: float = option(128.0, "initial loss scale", low=0, low_open=True)
+    fp16_scale_window: int = option(2000, "updates without overflow before the loss scale doubles", low=1)
+    min_loss_scale: float = option(1e-4, "stop with an error when the loss scale falls below this", low=0)
 
 
 @dataclass
 class LoggingConfig:
     log_format: str = option("simple", "progress format on stderr", choices=["tqdm", "simple", "json", "none"])
-    log_interval: int = option(100, "log training statistics every N updates")
+    log_interval: int = option(100, "log training statistics every N updates", low=1)
     tensorboard_logdir: Optional[str] = option(None, "also write TensorBoard scalars here (needs tensorboard)")
     peak_tflops: Optional[float] = option(None, "dense matrix peak (TFLOP/s per device) for the logged mfu; default: "
-                                          "a table of known GPUs, else a timed 8192^3 product; no mfu on CPU")
+                                          "a table of known GPUs, else a timed 8192^3 product; no mfu on CPU",
+                                          low=0, low_open=True)
     dry_run: bool = option(False, "build the model, print its summary (parameters, FLOPs) and exit")
-    vocab_size: Optional[int] = option(None, "with --dry-run and no data folder: a shared vocabulary of V symbols")
+    vocab_size: Optional[int] = option(None, "with --dry-run and no data folder: a shared vocabulary of V symbols",
+                                       low=1)
     no_progress_bar: bool = option(False, "same as --log-format simple")
 
 
