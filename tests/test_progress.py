@@ -80,6 +80,34 @@ def test_budget_fraction_and_time_left_worked_by_hand(monkeypatch):
     assert n.describe(None).endswith("elapsed")
 
 
+def test_budget_says_how_far_the_time_limit_lets_the_updates_go(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(progress_mod.time, "perf_counter", clock)
+    # --max-update 1200 --stop-time-hours 1/6 (10 min): 100 updates in the first 100 s, so the time limit ends
+    # the run after 100 + 500 s at 1 update/s = 600 updates, half the budget
+    b = Budget(max_update=1200, stop_time_hours=1 / 6)
+    b.start_epoch(1, 200, 0)
+    clock.now += 100
+    for _ in range(100):
+        b.advance(1, b.updates + 1)
+    assert b.updates_by_time_limit() == pytest.approx(600)
+    assert b.describe(2.5) == ("update 100/1200 | epoch 1 | 1:40 of 10:00 | loss 2.500 | 8:20 left | "
+                               "~600 of 1200 updates by the time limit")
+    # fast enough: 1100 updates more in the next 100 s reach the budget well before the limit
+    clock.now += 100
+    for _ in range(1100):
+        b.advance(1, b.updates + 1)
+    assert b.updates_by_time_limit() is None
+    assert b.describe(None).endswith(" left")
+    # too few updates measured to tell (the first ones include the start-up): nothing said yet
+    early = Budget(max_update=1200, stop_time_hours=1 / 6)
+    early.start_epoch(1, 200, 0)
+    clock.now += 30
+    for _ in range(3):
+        early.advance(1, early.updates + 1)
+    assert early.updates_by_time_limit() is None
+
+
 def _train_cmd(tiny_bin, tmp_path, *extra):
     return [sys.executable, "-m", "nmt_toolkit.cli.train", tiny_bin, *FLAGS, "--save-dir", str(tmp_path / "ck"),
             *extra]

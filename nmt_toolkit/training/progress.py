@@ -98,8 +98,24 @@ class Budget:
                     estimates.append(spent * max(1.0 - f, 0.0) / (f - f_anchor.get(key, 0.0)))
         return min(estimates) if estimates else None
 
+    MIN_UPDATES_FOR_PACE = 10  # the first updates include the start-up: too few of them misjudge the pace
+
+    def updates_by_time_limit(self) -> Optional[float]:
+        """The update count the time limit will stop the run at, at this process's pace so far, when that falls
+        short of ``--max-update``; None when the budget will be reached first, or while it cannot be told."""
+        if not (self.max_update and self.stop_seconds) or self.anchor is None:
+            return None
+        t_anchor, f_anchor = self.anchor
+        done_here = self.updates - f_anchor.get("update", 0.0) * self.max_update
+        if done_here < self.MIN_UPDATES_FOR_PACE:
+            return None
+        pace = done_here / max(time.perf_counter() - t_anchor, 1e-9)  # updates per second
+        reached = self.updates + pace * max(self.stop_seconds - self.elapsed(), 0.0)
+        return reached if reached < self.max_update else None
+
     def describe(self, loss: Optional[float]) -> str:
-        """``update 5/20 | epoch 1 | 0:12 elapsed | loss 8.247 | 0:36 left``."""
+        """``update 5/20 | epoch 1 | 0:12 elapsed | loss 8.247 | 0:36 left``, and when the time limit will
+        stop the run short of its updates, how far it will get: ``~600 of 1200 updates by the time limit``."""
         parts = [f"update {self.updates}/{self.max_update}" if self.max_update else f"update {self.updates}",
                  f"epoch {self.epoch}/{self.max_epoch}" if self.max_epoch else f"epoch {self.epoch}",
                  f"{_clock(self.elapsed())} of {_clock(self.stop_seconds)}" if self.stop_seconds
@@ -109,6 +125,9 @@ class Budget:
         left = self.left()
         if left is not None:
             parts.append(f"{_clock(left)} left")
+        reached = self.updates_by_time_limit()
+        if reached is not None:
+            parts.append(f"~{int(reached)} of {self.max_update} updates by the time limit")
         return " | ".join(parts)
 
 
