@@ -325,15 +325,31 @@ def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp
     assert post["model"].keys() == fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
 
 
-def test_torch_force_weights_only_load_is_named_instead_of_a_misleading_error(monkeypatch, capfd):
-    """TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 makes torch.load refuse any unpickler but its own, which cannot hold the
-    Namespace/omegaconf configuration of a fairseq checkpoint. Before, nmt-generate said only 'not a readable
-    nmt_toolkit checkpoint (not a zip archive …)'; now the variable is named with what to do."""
+def test_fairseq_checkpoints_read_the_same_under_torch_force_weights_only_load(monkeypatch, tmp_path):
+    """The fairseq reader never calls torch.load, so TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 (which makes torch.load
+    refuse any unpickler but its own) changes nothing; torch.load itself is the reference for the tensors."""
     monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
     path = str(FIX / "postnorm" / "model.pt")
-    with pytest.raises(DataError, match=r"TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 is set .*unset it"):
-        fairseq.load_checkpoint(path)  # nmt-convert --from fairseq
-    capfd.readouterr()
-    assert generate([BIN, "--path", path, *FAIRSEQ_STYLE]) == 1
-    err = [line for line in capfd.readouterr().err.splitlines() if " | INFO | " not in line]
-    assert len(err) == 1 and path in err[0] and "TORCH_FORCE_WEIGHTS_ONLY_LOAD=1 is set" in err[0], err
+    ours = fairseq_pickle.load(path)["model"]
+    monkeypatch.delenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    reference = torch.load(path, map_location="cpu", weights_only=False)["model"]  # a trusted fixture
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[k], v) and ours[k].dtype == v.dtype for k, v in reference.items())
+
+
+def test_a_fairseq_checkpoint_in_torchs_older_file_format_loads_the_same(tmp_path):
+    """torch.save(_use_new_zipfile_serialization=False): the format of checkpoints before torch 1.6."""
+    zipped = fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))
+    base = torch.arange(12.0)
+    zipped["extra"] = {"view": base[3:7], "base": base, "half": torch.ones(2, 3, dtype=torch.half).t(),
+                       "empty": torch.zeros(0, dtype=torch.long)}
+    legacy = tmp_path / "legacy.pt"
+    torch.save(zipped, legacy, _use_new_zipfile_serialization=False)
+    again = fairseq_pickle.load(str(legacy))
+    reference = torch.load(legacy, weights_only=True)
+    for k, v in reference["model"].items():
+        assert torch.equal(again["model"][k], v) and again["model"][k].dtype == v.dtype, k
+    for k, v in reference["extra"].items():
+        assert torch.equal(again["extra"][k], v) and again["extra"][k].dtype == v.dtype, k
+    reference_config = fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
+    assert fairseq.converted(again, str(legacy))["config"]["model"] == reference_config

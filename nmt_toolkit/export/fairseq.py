@@ -239,12 +239,17 @@ def is_fairseq_checkpoint(state: dict) -> bool:
 def load_checkpoint(path: str) -> dict:
     """A fairseq checkpoint read safely (:mod:`.fairseq_pickle`) and converted to one of ours: ``model`` (our
     parameter names), ``config`` (``components.model = transformer`` and the model options), ``version``."""
+    from nmt_toolkit.export import fairseq_pickle
+
+    return converted(fairseq_pickle.load(path), path)
+
+
+def converted(state: dict, path: str) -> dict:
+    """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.load`) as one of ours."""
     from dataclasses import asdict
 
-    from nmt_toolkit.export import fairseq_pickle
     from nmt_toolkit.training.checkpoints import VERSION
 
-    state = fairseq_pickle.load(path)
     if not is_fairseq_checkpoint(state):
         raise NmtError(f"{path}: not a fairseq checkpoint (no model with cfg or args)")
     args = model_args(state, path)
@@ -272,14 +277,13 @@ def load_any_checkpoint(path: str) -> dict:
     checkpoint never holds (a planted ``__reduce__``) is refused by name."""
     from nmt_toolkit.errors import DataError
     from nmt_toolkit.export import fairseq_pickle
-    from nmt_toolkit.training.checkpoints import load_checkpoint as load_ours
+    from nmt_toolkit.training.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
 
     try:
         return load_ours(path)
     except DataError as ours:
-        if fairseq_pickle.forced_weights_only() and os.path.isfile(path):  # then no fairseq file can be read
-            raise DataError(f"{ours}; if it is a fairseq checkpoint, it cannot be read while "
-                            f"{fairseq_pickle.weights_only_note()}") from None
+        if not os.path.isfile(path) or is_torchscript_archive(path):
+            raise
         try:
             state = fairseq_pickle.load(path)
         except DataError as theirs:
@@ -288,4 +292,4 @@ def load_any_checkpoint(path: str) -> dict:
             raise ours from None
         if not is_fairseq_checkpoint(state):
             raise ours from None
-    return load_checkpoint(path)
+    return converted(state, path)

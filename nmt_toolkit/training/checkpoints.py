@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import zipfile
 from typing import Any, Optional
 
 import torch
@@ -101,10 +102,27 @@ def _os_reason(exc: BaseException) -> str:
     return text[0][:160] if text else type(exc).__name__
 
 
+TORCHSCRIPT_REFUSAL = ("a TorchScript archive (a program with code, not a checkpoint of weights); refusing to "
+                       "open it: load only checkpoints written by nmt-train or fairseq")
+
+
+def is_torchscript_archive(path: str) -> bool:
+    """A zip written by ``torch.jit.save``: it holds program code (``code/``, ``constants.pkl``), and torch
+    hands such a file to ``torch.jit.load``, which runs the code's ``__setstate__`` while loading. Every
+    program refuses one before torch sees it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(n.endswith("constants.pkl") or "/code/" in n for n in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
 def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
     """Load a checkpoint with ``weights_only=True``; a missing, truncated or foreign file is a DataError."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: no such checkpoint")
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such checkpoint" if not os.path.exists(path) else f"{path}: not a file")
+    if is_torchscript_archive(path):
+        raise DataError(f"{path}: {TORCHSCRIPT_REFUSAL}")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, unsafe globals, ...
