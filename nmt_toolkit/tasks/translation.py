@@ -178,8 +178,10 @@ class TranslationTask:
     def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
         folder = self.split_folder(split, epoch)
         self.check_split(split)
-        src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang))
-        tgt = MMapIndexedDataset(self._prefix(folder, split, self.cfg.target_lang))
+        src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang), len(self.src_dict),
+                                 self.src_dict.eos())
+        tgt = MMapIndexedDataset(self._prefix(folder, split, self.cfg.target_lang), len(self.tgt_dict),
+                                 self.tgt_dict.eos())
         if len(src) != len(tgt):
             raise DataError(f"{src.prefix} and {tgt.prefix}: {len(src)} vs {len(tgt)} sentences")
         dataset = LanguagePairDataset(src, src.sizes, self.src_dict, tgt, tgt.sizes, self.tgt_dict)

@@ -1,0 +1,162 @@
+"""Damaged or foreign data files are refused with one line naming the file (and the first bad sentence, or
+the line), never read as empty sentences, never a traceback.
+
+Shards are crafted byte by byte with ``struct`` from the format description (docs/file-formats.md), not with
+the code under test; each program-level case snapshots the files before and after.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+
+from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset
+from nmt_toolkit.errors import DataError
+from tests.reliability.harness import assert_refused, assert_unchanged, run_in_process, snapshot
+from tests.train_helpers import TINY, make_bin
+
+MAGIC = b"MMIDIDX\x00\x00"
+UINT16 = 8
+
+
+def write_shard(prefix, sizes, offsets, data: bytes, code=UINT16, count=None):
+    """An ``.idx`` written field by field, and the ``.bin`` as the given bytes."""
+    n = len(sizes) if count is None else count
+    idx = MAGIC + struct.pack("<Q", 1) + struct.pack("<B", code) + struct.pack("<Q", n)
+    idx += struct.pack(f"<{len(sizes)}i", *sizes) + struct.pack(f"<{len(offsets)}q", *offsets)
+    with open(f"{prefix}.idx", "wb") as handle:
+        handle.write(idx)
+    with open(f"{prefix}.bin", "wb") as handle:
+        handle.write(data)
+
+
+def read_shard(prefix):
+    """(sizes, offsets, token bytes) of a uint16 shard, read with struct alone."""
+    idx = open(f"{prefix}.idx", "rb").read()
+    assert idx[:9] == MAGIC and idx[17] == UINT16
+    (n,) = struct.unpack("<Q", idx[18:26])
+    sizes = list(struct.unpack(f"<{n}i", idx[26:26 + 4 * n]))
+    offsets = list(struct.unpack(f"<{n}q", idx[26 + 4 * n:26 + 12 * n]))
+    return sizes, offsets, open(f"{prefix}.bin", "rb").read()
+
+
+# Five sentences of a 16-symbol dictionary, EOS = 2: sizes 3, 2, 4, 1, 3; byte offsets 0, 6, 10, 18, 20.
+SENTENCES = [[5, 6, 2], [7, 2], [8, 9, 10, 2], [2], [11, 12, 2]]
+SIZES = [3, 2, 4, 1, 3]
+OFFSETS = [0, 6, 10, 18, 20]
+TOKENS = b"".join(struct.pack("<H", t) for s in SENTENCES for t in s)  # 13 ids, 26 bytes
+
+
+def test_the_hand_made_shard_reads_back(tmp_path):
+    prefix = str(tmp_path / "x")
+    write_shard(prefix, SIZES, OFFSETS, TOKENS)
+    ds = MMapIndexedDataset(prefix, vocab_size=16, eos=2)
+    assert [ds[i].tolist() for i in range(5)] == SENTENCES
+
+
+def _with(values, i, v):
+    out = list(values)
+    out[i] = v
+    return out
+
+
+def _tokens_with(position, value):
+    ids = [t for s in SENTENCES for t in s]
+    ids[position] = value
+    return struct.pack(f"<{len(ids)}H", *ids)
+
+
+CORRUPT = {
+    # name: (sizes, offsets, .bin bytes, file named, what the line says)
+    "offset past the end of .bin": (SIZES, _with(OFFSETS, 1, 26 + 100), TOKENS, "x.idx", "sentence 1 starts at byte 126"),
+    "offsets out of order": (SIZES, _with(OFFSETS, 2, 4), TOKENS, "x.idx", "sentence 2 starts at byte 4"),
+    "size -5": (_with(SIZES, 2, -5), OFFSETS, TOKENS, "x.idx", "sentence 2 has size -5"),
+    "size 0": (_with(SIZES, 1, 0), OFFSETS, TOKENS, "x.idx", "sentence 1 has size 0"),
+    "zero-filled .bin": (SIZES, OFFSETS, bytes(26), "x.bin", "sentence 0 does not end with EOS"),
+    "id beyond the dictionary": (SIZES, OFFSETS, _tokens_with(7, 16), "x.bin", "sentence 2 holds token id 16"),
+    "id 65535": (SIZES, OFFSETS, _tokens_with(11, 65535), "x.bin", "sentence 4 holds token id 65535"),
+    "no EOS at the end": (SIZES, OFFSETS, _tokens_with(4, 9), "x.bin", "sentence 1 does not end with EOS"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_damaged_shards_are_refused_at_open(tmp_path, case):
+    sizes, offsets, data, named, said = CORRUPT[case]
+    prefix = str(tmp_path / "x")
+    write_shard(prefix, sizes, offsets, data)
+    with pytest.raises(DataError) as info:
+        MMapIndexedDataset(prefix, vocab_size=16, eos=2)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / named)) and said in message, message
+
+
+def test_signed_ids_below_zero_are_refused(tmp_path):
+    prefix = str(tmp_path / "x")
+    ids = [5, -1, 2, 7, 2]
+    write_shard(prefix, [3, 2], [0, 12], struct.pack("<5i", *ids), code=4)  # int32
+    with pytest.raises(DataError, match=r"x\.bin: sentence 0 holds token id -1"):
+        MMapIndexedDataset(prefix, vocab_size=16, eos=2)
+
+
+# ---------------------------------------------------------------------------------------------- programs
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A data-bin and a checkpoint of 2 updates on it."""
+    root = tmp_path_factory.mktemp("integrity")
+    data = make_bin(root)
+    save = root / "ckpt"
+    result = run_in_process("nmt-train", [data, *TINY, "--max-update", "2", "--save-dir", save, "--no-progress-bar"])
+    assert result.status == 0, result.stderr[-2000:]
+    return data, str(save / "checkpoint_last.pt")
+
+
+def damaged_copy(data, tmp_path, split, lang, damage):
+    """A copy of the data-bin whose ``split``/``lang`` shard is rewritten by ``damage(sizes, offsets, bytes)``."""
+    copy = tmp_path / "bin"
+    shutil.copytree(data, copy)
+    prefix = str(copy / f"{split}.xx-yy.{lang}")
+    sizes, offsets, tokens = read_shard(prefix)
+    write_shard(prefix, *damage(sizes, offsets, tokens))
+    return copy, prefix
+
+
+DAMAGE = {
+    "offset past the end": (lambda s, o, b: (s, _with(o, 5, len(b) + 10), b), "idx", "sentence 5"),
+    "size -5": (lambda s, o, b: (_with(s, 5, -5), o, b), "idx", "sentence 5"),
+    "size 0": (lambda s, o, b: (_with(s, 5, 0), o, b), "idx", "sentence 5"),
+    "zero-filled .bin": (lambda s, o, b: (s, o, bytes(len(b))), "bin", "sentence 0"),
+    "id beyond the dictionary": (lambda s, o, b: (s, o, b[:o[7] + 2] + struct.pack("<H", 60000) + b[o[7] + 4:]),
+                                 "bin", "sentence 7"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_nmt_train_refuses_a_damaged_training_shard(trained, tmp_path, case):
+    data, _ = trained
+    damage, ext, said = DAMAGE[case]
+    copy, prefix = damaged_copy(data, tmp_path, "train", "yy", damage)
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    before = snapshot(copy)
+    result = run_in_process("nmt-train", [copy, *TINY, "--max-update", "2", "--save-dir", save, "--no-progress-bar"])
+    line = assert_refused(result, f"{prefix}.{ext}", said)
+    assert "nmt-train: error:" in line
+    assert_unchanged(before, copy)
+    assert not list(save.glob("*.pt"))
+
+
+@pytest.mark.parametrize("case", ["zero-filled .bin", "size 0", "id beyond the dictionary"])
+def test_nmt_generate_refuses_a_damaged_test_shard(trained, tmp_path, case):
+    data, checkpoint = trained
+    damage, ext, said = DAMAGE[case]
+    copy, prefix = damaged_copy(data, tmp_path, "valid", "xx", damage)
+    before = snapshot(copy, checkpoint)
+    result = run_in_process("nmt-generate", [copy, "--path", checkpoint, "--gen-subset", "valid", "--beam", "2",
+                                             "--max-len-b", "5"])
+    assert_refused(result, f"{prefix}.{ext}", said)
+    assert "D-" not in result.stdout
+    assert_unchanged(before, copy, checkpoint)
