@@ -104,7 +104,7 @@ def test_cross_attention_cache_serves_the_rows_of_each_sentence_as_one_block():
 def test_sdpa_backends_leave_out_cudnn_on_cuda_only():
     """cuDNN's attention plans every new shape (token-based batches: a new shape nearly every step); the trainer
     and the generator run SDPA without it on GPUs, and restore torch's switches afterwards."""
-    from nmt_toolkit.modules.attention import sdpa_backends
+    from nmt_toolkit.device_policy import sdpa_backends
 
     before = (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
               torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled())

@@ -1,4 +1,4 @@
-"""modules/caches.py: a reorder that copies only the rows that change (on the CPU) leaves every cache as
+"""modules/caches.py: a reorder that copies only the rows that change (``reorder_in_place``) leaves every cache as
 a gather of all rows (``index_select``, the reference) would, whatever the indices: repeated parents, a
 row that is the source of another and overwritten itself, rows that leave as sentences finish."""
 import pytest
@@ -58,10 +58,11 @@ def test_a_whole_gather_where_rows_grow_or_gradients_are_recorded():
         assert moved_rows(torch.tensor([0, 0, 2]), 3).tolist() == [1]
 
 
-def test_decoder_state_reorders_sentence_level_cross_caches_by_the_sentences_kept():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_decoder_state_reorders_sentence_level_cross_caches_by_the_sentences_kept(in_place):
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        state = DecoderState(beam=2, sentences=3)
+        state = DecoderState(beam=2, sentences=3, reorder_in_place=in_place)
         state.self_attn = [SelfAttentionCache.empty(6, 1, 2, 2, 4, torch.zeros(1))]
         state.self_attn[0].append(torch.randn(6, 1, 1, 2, generator=gen), torch.randn(6, 1, 1, 2, generator=gen))
         state.cross_attn = [CrossAttentionCache(torch.randn(3, 1, 5, 2, generator=gen),

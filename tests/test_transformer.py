@@ -136,9 +136,18 @@ def test_incremental_state_is_a_typed_decoder_state():
         model.forward_decoder(torch.full((2, 1), EOS), enc, incremental_state={})
 
 
-def test_model_and_modules_use_no_cpu_back_end():
-    """Issue 21: the model is plain PyTorch; back ends (generation/cpu.py, export/) sit beside it."""
+#: words that mean a device or back-end choice; the model and its modules never make one (the trainer and the
+#: search apply nmt_toolkit/device_policy.py and generation/cpu.py from outside)
+DEVICE_WORDS = ("cuda", "device.type", "is_available", "mkldnn", "cudnn", "mps", "xpu", "sdpa_kernel", "SDPBackend",
+                "torch.backends", "packed_linear", "cpu_kernels", "_weight_t_cache", "ctypes",
+                "nmt_toolkit.generation", "nmt_toolkit.device_policy")
+
+
+def test_model_and_modules_make_no_device_or_back_end_choice():
+    """The model is plain PyTorch; device policy and back ends (device_policy.py, generation/cpu.py, export/)
+    are applied from outside."""
     import pathlib
+    import re
 
     import nmt_toolkit
 
@@ -146,8 +155,9 @@ def test_model_and_modules_use_no_cpu_back_end():
     for folder in ("models", "modules"):
         for path in (root / folder).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
-            for word in ("packed_linear", "cpu_kernels", "_weight_t_cache", "mkldnn", "ctypes", "nmt_toolkit.generation"):
-                assert word not in text, (path, word)
+            for word in DEVICE_WORDS:
+                assert not re.search(rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])", text), (path, word)
+            assert not re.search(r"""==\s*["']cpu["']|!=\s*["']cpu["']""", text), path
     assert len((root / "modules" / "attention.py").read_text(encoding="utf-8").splitlines()) <= 300
 
 

@@ -61,7 +61,8 @@ import torch
 
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.sampling import sample_candidates
-from nmt_toolkit.modules.attention import sdpa_backends
+from nmt_toolkit.device_policy import reorder_in_place, sdpa_backends
+from nmt_toolkit.modules.caches import DecoderState
 
 NEG_INF = float("-inf")
 logger = logging.getLogger("nmt_toolkit.generation")
@@ -98,7 +99,7 @@ def _row_topk(x: torch.Tensor, kk: int):
 
 
 def _on_device_sdpa(method):
-    """Run a generator method inside :func:`~nmt_toolkit.modules.attention.sdpa_backends` for its model's
+    """Run a generator method inside :func:`~nmt_toolkit.device_policy.sdpa_backends` for its model's
     device (the encoder and the teacher-forced decoder meet a new batch shape with every batch)."""
 
     @functools.wraps(method)
@@ -252,6 +253,10 @@ class SequenceGenerator:
         encoder_outs = model.forward_encoder(src_tokens, src_lengths)
         width = 1  # the first step runs one row per sentence (all beams start alike); then k rows per sentence
         states = model.make_decoder_states(beam=k, sentences=bsz if per_sentence else None, capacity=steps + 1)
+        in_place = reorder_in_place(dev)
+        for state in states:
+            if isinstance(state, DecoderState):
+                state.reorder_in_place = in_place
 
         tokens = torch.full((bsz * width, steps + 2), pad, dtype=torch.long, device=dev)
         tokens[:, 0] = eos
@@ -328,8 +333,8 @@ class SequenceGenerator:
                 order_key = eos_mask.long() * ncand + torch.arange(ncand, device=dev)
                 active = order_key.topk(k, dim=1, largest=False).values
                 active = active.clamp(max=ncand - 1)
-                if width == k and dev.type == "cpu":  # each continuing hypothesis in its parent's row where it
-                    # can: only the CPU's reorder copies just the rows that change (modules/caches.py)
+                if width == k and in_place:  # each continuing hypothesis in its parent's row where it can:
+                    # an in-place reorder copies just the rows that change (modules/caches.py)
                     slots = _parent_slots(cand_beams.gather(1, active))
                     active = torch.empty_like(active).scatter_(1, slots, active)
                 act_scores = cand_scores.gather(1, active)

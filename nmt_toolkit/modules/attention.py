@@ -8,7 +8,6 @@ keys/values it projected once (:meth:`MultiheadAttention.project_memory`).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Optional
 
@@ -17,23 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from nmt_toolkit.modules.caches import CrossAttentionCache, SelfAttentionCache
-
-
-def sdpa_backends(device: torch.device):
-    """A context in which :func:`~torch.nn.functional.scaled_dot_product_attention` may use every CUDA
-    kernel but cuDNN's (flash, memory-efficient, math); nothing changes on other devices.
-
-    Why. Where torch prefers cuDNN's attention (half precision on Hopper GPUs), cuDNN builds an execution
-    plan for every new shape, and token-based batches bring a new (batch, length) shape almost every step:
-    measured on an H100 (torch 2.11, small model, ``--max-tokens 8192``), the first 60 updates of
-    ``nmt-train --fp16`` ran at 5,500-19,000 target tokens/s with cuDNN allowed and 57,000-192,000 without
-    (``--bf16`` alike; float32 never takes cuDNN's kernel). The trainer's forward passes and the generator
-    run inside this context; it saves and restores torch's global switches, so code around it is unaffected."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 class MultiheadAttention(nn.Module):

@@ -7,9 +7,9 @@ that every reader must know.
 - :class:`SelfAttentionCache`: the decoder self-attention's keys ``[rows, H, capacity, d_k]`` and values
   ``[rows, H, capacity, d_v]`` of the positions decoded so far, one row per hypothesis. Preallocated for
   ``capacity`` positions (the search knows its longest output) and grown by doubling, so a step writes
-  one position instead of concatenating. A reorder copies only the filled part: on the CPU only the rows
-  that change, in place (most hypotheses keep their row from one step to the next); elsewhere every row,
-  into a reused spare buffer (no host synchronisation).
+  one position instead of concatenating. A reorder copies only the filled part: with ``reorder_in_place``
+  only the rows that change, in place (most hypotheses keep their row from one step to the next); else
+  every row, into a reused spare buffer (no host synchronisation).
 - :class:`CrossAttentionCache`: the encoder–decoder keys/values, projected once from the encoder output,
   ``[n, H, S, d]`` with ``keep`` ``[n, 1, 1, S]`` (True at real source positions; None without padding).
   ``n`` counts *sentences* when the encoder output is kept once per sentence: the ``w`` consecutive rows
@@ -37,10 +37,9 @@ import torch
 
 def moved_rows(indices: torch.Tensor, rows: int) -> Optional[torch.Tensor]:
     """The positions ``j`` with ``indices[j] != j``, for a reorder of ``rows`` rows into ``len(indices)`` that
-    copies only those (:func:`copy_rows_in_place`); None where a whole copy is the better choice: rows that
-    grow, gradients, and devices other than the CPU, where this costs a host synchronisation per step and
-    a gather of every row costs little."""
-    if indices.numel() > rows or indices.device.type != "cpu" or torch.is_grad_enabled():
+    copies only those (:func:`copy_rows_in_place`); None where only a whole copy will do: rows that grow, or
+    gradients being recorded (an in-place copy would overwrite what backward needs)."""
+    if indices.numel() > rows or torch.is_grad_enabled():
         return None
     return (indices != torch.arange(indices.numel(), device=indices.device)).nonzero().squeeze(1)
 
@@ -191,11 +190,14 @@ class DecoderState:
 
     ``beam``: rows per sentence from the second step on (the first runs one row per sentence);
     ``sentences``: active sentences (None: every row is its own sentence); ``capacity``: positions to
-    preallocate. The per-layer caches are created by the decoder at its first step."""
+    preallocate; ``reorder_in_place``: a reorder copies only the rows that change, in place, instead of
+    gathering every row (the search sets it where that pays: ``nmt_toolkit/device_policy.py``). The
+    per-layer caches are created by the decoder at its first step."""
 
     beam: int = 1
     sentences: Optional[int] = None
     capacity: int = 16
+    reorder_in_place: bool = False
     self_attn: list = field(default_factory=list)
     cross_attn: list = field(default_factory=list)
 
@@ -222,12 +224,13 @@ class DecoderState:
         """Rows follow ``indices``. Cross-attention caches follow ``indices`` too, unless ``per_sentence``:
         they then hold one entry per sentence and follow ``sentence_order`` (the sentences kept, as
         indices into the current ones), or stay where it is None."""
-        moved = moved_rows(indices, self.self_attn[0].k.size(0)) if self.self_attn else None
+        moved = moved_rows(indices, self.self_attn[0].k.size(0)) if self.self_attn and self.reorder_in_place else None
         for cache in self.self_attn:
             cache.reorder(indices, moved)
         order = sentence_order if per_sentence else indices
         if order is not None and self.cross_attn:
-            moved = moved if order is indices else moved_rows(order, self.cross_attn[0].k.size(0))
+            if order is not indices:
+                moved = moved_rows(order, self.cross_attn[0].k.size(0)) if self.reorder_in_place else None
             for cache in self.cross_attn:
                 cache.reorder(order, moved)
         if per_sentence and sentence_order is not None:

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from nmt_toolkit.errors import NmtError
-from nmt_toolkit.modules.attention import sdpa_backends
+from nmt_toolkit.device_policy import sdpa_backends
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.state import get_rng_state
 from nmt_toolkit.training.step_stats import STAT_KEYS as _STAT_KEYS, PendingRows, summed_stats
