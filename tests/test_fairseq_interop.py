@@ -76,11 +76,11 @@ def test_a_planted_reduce_payload_is_refused_and_never_runs(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    state = fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))
+    state = fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))
     path = tmp_path / "evil.pt"
     torch.save({"args": None, "cfg": {"model": {"arch": "transformer"}}, "model": {}, "extra": Payload()}, path)
     with pytest.raises(DataError, match=r"refusing to load (posix|os|nt)\.system"):
-        fairseq_pickle.load(str(path))
+        fairseq_pickle.read(str(path))
     with pytest.raises(DataError, match="refusing to load"):
         fairseq.load_any_checkpoint(str(path))  # what nmt-generate --path does
     assert not marker.exists() and state["model"]
@@ -247,7 +247,7 @@ def old_fairseq_layout(state: dict, tied: bool = True) -> dict:
 def rewrite(path: pathlib.Path, source: str, model=None, **args) -> str:
     """The fixture ``source`` saved again in the ``args`` layout (a Namespace, as fairseq <= 0.9 wrote it), with
     ``model`` as its weights and ``args`` overriding its options."""
-    state = fairseq_pickle.load(str(FIX / source))
+    state = fairseq_pickle.read(str(FIX / source))
     options = state["args"] if state.get("args") else state["cfg"]["model"]
     torch.save({"args": argparse.Namespace(**{**options, **args}),
                 "model": state["model"] if model is None else model}, path)
@@ -262,7 +262,7 @@ def test_old_fairseq_weight_names_load_as_fairseq_renames_them(tied, tmp_path, c
     0.12.3.1 with the fixtures' command (beam 4, nbest 2, lenpen 0.6): 100 of 100 n-best lists identical to
     postnorm/generate-beam4.txt, scores within 5.7e-6, in both variants. Before this test, import stopped at a
     KeyError on 'encoder.layers.0.self_attn.q_proj.weight'."""
-    state = fairseq_pickle.load(str(FIX / "postnorm" / "model-args.pt"))
+    state = fairseq_pickle.read(str(FIX / "postnorm" / "model-args.pt"))
     shared = {} if tied else dict(share_all_embeddings=False, share_decoder_input_output_embed=False)
     path = rewrite(tmp_path / "old.pt", "postnorm/model-args.pt", old_fairseq_layout(state["model"], tied), **shared)
     converted = fairseq.load_checkpoint(path)["model"]
@@ -279,7 +279,7 @@ def test_old_fairseq_weight_names_load_as_fairseq_renames_them(tied, tmp_path, c
 
 
 def test_a_missing_fairseq_tensor_is_named_on_one_line():
-    state = dict(fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))["model"])
+    state = dict(fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))["model"])
     del state["decoder.layers.1.encoder_attn.k_proj.bias"]
     with pytest.raises(NmtError, match=r"^fairseq tensor 'decoder\.layers\.1\.encoder_attn\.k_proj\.bias' is "
                                        r"missing[^\n]*$"):
@@ -294,7 +294,7 @@ def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(vers
     decoder whose ``decoder.version`` is <= 2 (absent = 1), even when the weights are there (checked with real
     fairseq on prenorm/model.pt: no version keys -> both layer_norm None; decoder.version 2 -> the decoder's None;
     encoder.version 2 -> both kept). Our pre-norm stack always ends with one: refused by name, not mis-decoded."""
-    state = fairseq_pickle.load(str(FIX / "prenorm" / "model.pt"))["model"]
+    state = fairseq_pickle.read(str(FIX / "prenorm" / "model.pt"))["model"]
     model = {k: v for k, v in state.items() if not k.endswith(".version")}
     model.update({k: torch.tensor([v]) for k, v in versions.items()})
     path = rewrite(tmp_path / "old.pt", "prenorm/model.pt", model)
@@ -304,7 +304,7 @@ def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(vers
     with pytest.raises(NmtError, match=rf"^{re.escape(path)}: {re.escape(refused)} .*no final LayerNorm"):
         fairseq.load_checkpoint(path)
     postnorm = rewrite(tmp_path / "post.pt", "postnorm/model.pt", {
-        k: v for k, v in fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))["model"].items()
+        k: v for k, v in fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))["model"].items()
         if not k.endswith(".version")})
     fairseq.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
 
@@ -315,7 +315,7 @@ def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp
     with the weights kept it refuses the unexpected keys). Our pre-norm decoder always ends with one: refused by
     name (before: 'tensor decoder.layer_norm.weight is missing' when decoding). A post-norm decoder has no final
     norm either way, so there the option changes nothing and is accepted."""
-    state = fairseq_pickle.load(str(FIX / "prenorm" / "model.pt"))["model"]
+    state = fairseq_pickle.read(str(FIX / "prenorm" / "model.pt"))["model"]
     path = rewrite(tmp_path / "pre.pt", "prenorm/model.pt",
                    {k: v for k, v in state.items() if not k.startswith("decoder.layer_norm.")},
                    no_decoder_final_norm=True)
@@ -330,7 +330,7 @@ def test_fairseq_checkpoints_read_the_same_under_torch_force_weights_only_load(m
     refuse any unpickler but its own) changes nothing; torch.load itself is the reference for the tensors."""
     monkeypatch.setenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
     path = str(FIX / "postnorm" / "model.pt")
-    ours = fairseq_pickle.load(path)["model"]
+    ours = fairseq_pickle.read(path)["model"]
     monkeypatch.delenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
     reference = torch.load(path, map_location="cpu", weights_only=False)["model"]  # a trusted fixture
     assert ours.keys() == reference.keys()
@@ -339,13 +339,13 @@ def test_fairseq_checkpoints_read_the_same_under_torch_force_weights_only_load(m
 
 def test_a_fairseq_checkpoint_in_torchs_older_file_format_loads_the_same(tmp_path):
     """torch.save(_use_new_zipfile_serialization=False): the format of checkpoints before torch 1.6."""
-    zipped = fairseq_pickle.load(str(FIX / "postnorm" / "model.pt"))
+    zipped = fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))
     base = torch.arange(12.0)
     zipped["extra"] = {"view": base[3:7], "base": base, "half": torch.ones(2, 3, dtype=torch.half).t(),
                        "empty": torch.zeros(0, dtype=torch.long)}
     legacy = tmp_path / "legacy.pt"
     torch.save(zipped, legacy, _use_new_zipfile_serialization=False)
-    again = fairseq_pickle.load(str(legacy))
+    again = fairseq_pickle.read(str(legacy))
     reference = torch.load(legacy, weights_only=True)
     for k, v in reference["model"].items():
         assert torch.equal(again["model"][k], v) and again["model"][k].dtype == v.dtype, k

@@ -241,11 +241,11 @@ def load_checkpoint(path: str) -> dict:
     parameter names), ``config`` (``components.model = transformer`` and the model options), ``version``."""
     from nmt_toolkit.export import fairseq_pickle
 
-    return converted(fairseq_pickle.load(path), path)
+    return converted(fairseq_pickle.read(path), path)
 
 
 def converted(state: dict, path: str) -> dict:
-    """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.load`) as one of ours."""
+    """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.read`) as one of ours."""
     from dataclasses import asdict
 
     from nmt_toolkit.training.checkpoints import VERSION
@@ -285,7 +285,7 @@ def load_any_checkpoint(path: str) -> dict:
         if not os.path.isfile(path) or is_torchscript_archive(path):
             raise
         try:
-            state = fairseq_pickle.load(path)
+            state = fairseq_pickle.read(path)
         except DataError as theirs:
             if "refusing to load" in str(theirs):
                 raise theirs from None

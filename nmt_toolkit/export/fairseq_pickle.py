@@ -4,7 +4,8 @@ A fairseq checkpoint is a pickle: besides tensors it holds ``argparse.Namespace`
 and the published 2018–2019 models; in 0.12 also ``cfg["model"]``) and, from fairseq 0.10 on, omegaconf
 ``DictConfig``/``ListConfig`` trees in ``cfg``. torch's weights-only loader refuses those classes, and its
 unrestricted loader would run whatever a planted ``__reduce__`` names, or hand a TorchScript archive to
-``torch.jit.load``. :func:`load` instead reads torch's file layout itself and unpickles with an allow-list: torch's tensor rebuilders, plain containers, ``Namespace``, numpy scalars, and
+the TorchScript loader. :func:`read` instead reads torch's file layout itself and unpickles with an
+allow-list: torch's tensor rebuilders, plain containers, ``Namespace``, numpy scalars, and
 stand-ins for omegaconf's classes (never imported) and fairseq's choice enums (rebuilt as their string
 value). Anything else is refused with a one-line error naming the class. :func:`plain` turns the result
 into dicts, lists and scalars.
@@ -115,7 +116,7 @@ def _bytes_storage(data: bytes) -> torch.UntypedStorage:
 
 def _load_zip(path: str) -> Any:
     """torch's zip layout read by hand: ``<prefix>/data.pkl`` unpickled through the allow-list, each tensor's
-    bytes from ``<prefix>/data/<key>``. Nothing in the archive is handed to torch.load or torch.jit.load."""
+    bytes from ``<prefix>/data/<key>``. Nothing in the archive is handed to torch.load or the TorchScript loader."""
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
         if any(n.endswith("constants.pkl") or "/code/" in n for n in names):
@@ -186,11 +187,11 @@ def _load_legacy(path: str) -> Any:
     return result
 
 
-def load(path: str) -> dict:
+def read(path: str) -> dict:
     """The checkpoint at ``path`` as plain dicts, lists, scalars and tensors; a DataError naming the file and
     the refused class for anything that is not.
 
-    Read by hand, never through ``torch.load``: torch hands a TorchScript archive to ``torch.jit.load``, which
+    Read by hand, never through ``torch.load``: torch hands a TorchScript archive to the TorchScript loader, which
     runs the archive's code before any unpickler could refuse it."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such checkpoint")

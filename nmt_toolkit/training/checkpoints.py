@@ -108,7 +108,7 @@ TORCHSCRIPT_REFUSAL = ("a TorchScript archive (a program with code, not a checkp
 
 def is_torchscript_archive(path: str) -> bool:
     """A zip written by ``torch.jit.save``: it holds program code (``code/``, ``constants.pkl``), and torch
-    hands such a file to ``torch.jit.load``, which runs the code's ``__setstate__`` while loading. Every
+    hands such a file to torch's TorchScript loader, which runs the code's ``__setstate__`` while loading. Every
     program refuses one before torch sees it."""
     try:
         with zipfile.ZipFile(path) as archive:
