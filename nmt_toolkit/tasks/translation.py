@@ -40,11 +40,13 @@ class TranslationConfig:
     target_lang: Optional[str] = option(None, "target language (default: from preprocess.json or the file names)",
                                         metavar="LANG")
     max_tokens: Optional[int] = option(4096, "batch budget in padded tokens: batch size × longest pair "
-                                             "(max of source and target length)")
-    batch_size: Optional[int] = option(None, "at most this many sentence pairs per batch")
-    required_batch_size_multiple: int = option(8, "make batch sizes a multiple of this when the budget allows")
-    max_source_positions: int = option(1024, "skip pairs whose source is longer than this (tokens, EOS included)")
-    max_target_positions: int = option(1024, "skip pairs whose target is longer than this (tokens, EOS included)")
+                                             "(max of source and target length)", low=1)
+    batch_size: Optional[int] = option(None, "at most this many sentence pairs per batch", low=1)
+    required_batch_size_multiple: int = option(8, "make batch sizes a multiple of this when the budget allows", low=1)
+    max_source_positions: int = option(1024, "skip pairs whose source is longer than this (tokens, EOS included)",
+                                       low=1)
+    max_target_positions: int = option(1024, "skip pairs whose target is longer than this (tokens, EOS included)",
+                                       low=1)
     skip_invalid_size_inputs_valid_test: bool = option(False, "skip over-long pairs in validation/test splits "
                                                               "too (the training split always skips them)")
 
