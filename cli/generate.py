@@ -140,7 +140,8 @@ def setup(configs: dict):
         return task, _ctranslate2_setup(configs, task, device), detok, device
     dict_files = [os.path.join(task_cfg.data, f"dict.{task_cfg.source_lang}.txt"),
                   os.path.join(task_cfg.data, f"dict.{task_cfg.target_lang}.txt")]
-    models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, device)
+    models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, device,
+                              langs=(task_cfg.source_lang, task_cfg.target_lang))
     if io.fp16 and io.bf16:
         raise UsageError("--fp16 and --bf16 exclude each other")
     if io.fp16 or io.bf16:

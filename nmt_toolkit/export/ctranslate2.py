@@ -152,13 +152,15 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     import ctranslate2
 
     from nmt_toolkit.generation.ensemble import load_ensemble
+    from nmt_toolkit.training.checkpoints import task_dictionaries
     from nmt_toolkit.tasks.translation import read_preprocess_json
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
     if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)) and not overwrite:
         raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace it)")
-    models, configs = load_ensemble([checkpoint], task.src_dict, task.tgt_dict)
+    src, tgt, langs, files = task_dictionaries(task)
+    models, configs = load_ensemble([checkpoint], src, tgt, files, langs=langs)
     model = models[0]
     check_exportable(model, checkpoint)
     spec = build_spec(model, task.src_dict, task.tgt_dict)

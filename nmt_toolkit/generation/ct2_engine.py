@@ -112,15 +112,17 @@ class CTranslate2Generator:
 
     def _check_dictionaries(self, folder: str, record: dict) -> None:
         from nmt_toolkit.data.dictionary import Dictionary
+        from nmt_toolkit.training.checkpoints import dictionary_mismatch, fingerprint
 
         for side, mine in (("source", self.src_dict), ("target", self.tgt_dict)):
             name = record.get("dictionaries", {}).get(side)
             path = os.path.join(folder, name or f"<no {side} dictionary>")
             if not name or not os.path.isfile(path):
                 raise DataError(f"{folder}: the export has no {side} dictionary ({path})")
-            if Dictionary.load(path) != mine:
+            problem = dictionary_mismatch(fingerprint(Dictionary.load(path)), fingerprint(mine))
+            if problem:
                 raise DataError(f"{path}: wrong dictionary: the exported model's {side} dictionary differs from the "
-                                f"data-bin's; decode with the data-bin the model was trained on")
+                                f"data-bin's ({problem}); decode with the data-bin the model was trained on")
 
     def close(self) -> None:
         if self._tmp:

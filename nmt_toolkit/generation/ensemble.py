@@ -122,21 +122,26 @@ class EnsembleModel(nn.Module):
 
 
 def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[str] = (),
-                  device: Optional[torch.device] = None) -> tuple[list[nn.Module], list[dict]]:
+                  device: Optional[torch.device] = None, langs: Sequence[Optional[str]] = (None, None)
+                  ) -> tuple[list[nn.Module], list[dict]]:
     """Rebuild the models of ``paths`` from their stored configs and load their weights.
 
     Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
-    naming it. A checkpoint trained with other dictionaries (a vocabulary size that does not match the
+    naming it. A checkpoint that records other dictionaries or another direction than ``dict_files`` and
+    ``langs`` (the data-bin's) is refused by name before its model is built. A checkpoint trained with other dictionaries (a vocabulary size that does not match the
     data-bin's) is a "wrong dictionary" error naming both; other shapes that differ from the stored config
     (an edited or mixed file) say so, with both shapes. Returns ``(models, configs)``.
     """
     from nmt_toolkit.errors import DataError
     from nmt_toolkit.models import build_model_from_config_dict
     from nmt_toolkit.export.fairseq import load_any_checkpoint
+    from nmt_toolkit.training.checkpoints import check_dictionaries
 
     models, configs = [], []
     for path in paths:
         state = load_any_checkpoint(path)  # ours, or fairseq's converted on the fly
+        check_dictionaries(state, path, src_dict, tgt_dict, tuple(langs),
+                           tuple(dict_files) if len(dict_files) == 2 else (None, None))
         config = state["config"]
         if not isinstance(config, dict) or not isinstance(config.get("components"), dict) \
                 or "model" not in config["components"]:

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import torch
 
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.training.checkpoints import load_checkpoint, save_checkpoint
+from nmt_toolkit.training.checkpoints import dictionary_mismatch, load_checkpoint, save_checkpoint
 
 _UPDATE_NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
@@ -55,7 +55,9 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
             raise DataError(f"{paths[0]}: model entry {key!r} is not a tensor")
         sums[key] = value.double().clone() if value.is_floating_point() else value.clone()
     for path in paths[1:]:
-        model = load_checkpoint(path)["model"]
+        other = load_checkpoint(path)
+        _check_same_dictionaries(first, paths[0], other, path)
+        model = other["model"]
         missing = [k for k in ref if k not in model]
         extra = [k for k in model if k not in ref]
         if missing or extra:
@@ -74,10 +76,25 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
     averaged = {k: (s / n).to(ref[k].dtype) if ref[k].is_floating_point() else s for k, s in sums.items()}
     out = {"model": averaged, "config": first["config"], "version": first.get("version", 1),
            "averaged_from": [os.path.abspath(p) for p in paths]}
+    if isinstance(first.get("dictionaries"), dict):
+        out["dictionaries"] = first["dictionaries"]
     state = first.get("train_state")
     if isinstance(state, dict):  # keep where training was, drop RNG states and iterator positions
         out["train_state"] = {k: v for k, v in state.items() if k in ("epoch", "num_updates")}
     return out
+
+
+def _check_same_dictionaries(first: dict, first_path: str, other: dict, path: str) -> None:
+    """Checkpoints trained on other dictionaries (or the other direction) have weights for other symbols:
+    their mean is no model at all, whatever the shapes say."""
+    a, b = first.get("dictionaries"), other.get("dictionaries")
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return
+    for side in ("source", "target"):
+        problem = dictionary_mismatch(a.get(side), b.get(side) or {})
+        if problem or (a.get(side) or {}).get("lang") != (b.get(side) or {}).get("lang"):
+            raise DataError(f"{path}: trained on other dictionaries than {first_path} (the {side} side differs"
+                            f"{': ' + problem if problem else ' in language'}); average checkpoints of one run")
 
 
 def write_average(paths: Sequence[str], output: str) -> dict:

@@ -173,12 +173,14 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                      f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}"
                      f"{' | torch.compile' if compiling else ''}")
     stored_config = config_dict(configs)
+    dictionaries = ckpt_io.task_dictionaries_record(task)
 
     # ---------------------------------------------------------------- resume
     path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
     train_state: dict = {}
     if path is not None:
         state = ckpt_io.load_checkpoint(path, map_location=device)
+        ckpt_io.check_task_dictionaries(state, path, task)
         trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path,
                                 hint=_model_options_hint(state.get("config"), stored_config.get("model")))
         train_state = state.get("train_state", {})
@@ -287,6 +289,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         state = trainer.state_dict()
         state["config"] = stored_config
         state["version"] = ckpt_io.VERSION
+        state["dictionaries"] = dictionaries
         state["train_state"] = {
             "epoch": e, "num_updates": n, "iterator": epoch_itr.state_dict(), "num_shards": info.world_size,
             "best": best, "patience_counter": bad_validations,
