@@ -31,6 +31,7 @@ class AverageConfig:
     num_epoch_checkpoints: int = option(0, "average the last N checkpoint<epoch>.pt of the --inputs folder", low=0)
     num_update_checkpoints: int = option(0, "average the last N checkpoint_<epoch>_<updates>.pt of the folder", low=0)
     checkpoint_upper_bound: Optional[int] = option(None, "ignore checkpoints after this epoch / update number", low=0)
+    overwrite: bool = option(False, "replace --output if it exists (never one of the inputs)")
 
 
 def average(configs: dict) -> int:
@@ -52,6 +53,12 @@ def average(configs: dict) -> int:
         paths = inputs
     if os.path.isdir(cfg.output):
         raise DataError(f"--output {cfg.output}: is a folder; give the averaged checkpoint's file name")
+    for path in paths:
+        if _same_file(path, cfg.output):
+            raise UsageError(f"--output {cfg.output}: is one of the inputs ({path}); averaging would replace it and "
+                             "its optimizer state: write the average to another file")
+    if os.path.lexists(cfg.output) and not cfg.overwrite:
+        raise UsageError(f"--output {cfg.output}: exists; add --overwrite to replace it, or choose another file")
     check_output_folder(os.path.dirname(os.path.abspath(cfg.output)), "--output")  # before loading N checkpoints
     logger.info("averaging %d checkpoints: %s", len(paths), ", ".join(paths))
     try:
@@ -61,6 +68,14 @@ def average(configs: dict) -> int:
     logger.info("wrote %s", cfg.output)
     print(cfg.output)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two spellings (relative, ``..``, a symbolic link) name one file."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def run(argv=None, prog: str = "nmt-average-checkpoints") -> int:

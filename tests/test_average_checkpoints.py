@@ -126,3 +126,45 @@ def test_checkpoint_upper_bound_keeps_later_checkpoints_out(tmp_path, capsys):
     assert avg_cli.run(["--inputs", str(tmp_path), "--num-epoch-checkpoints", "3", "--checkpoint-upper-bound", "2",
                         "--output", str(out)]) == 1
     _one_error_line(capsys, "asked for the last 3 checkpoint<epoch>.pt files but found 2 (<= 2)")
+
+
+def _refused(argv, capsys, *names):
+    assert avg_cli.run([str(a) for a in argv]) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if ": error:" in line]
+    assert len(err) == 1 and all(n in err[0] for n in names), err
+    return err[0]
+
+
+def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):
+    _ck(tmp_path / "a.pt", 1), _ck(tmp_path / "b.pt", 2)
+    out = tmp_path / "avg.pt"
+    out.write_bytes(b"keep me")
+    _refused(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", out], capsys, str(out),
+             "--overwrite")
+    assert out.read_bytes() == b"keep me"
+    assert avg_cli.run(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", str(out),
+                        "--overwrite"]) == 0
+    assert "model" in torch.load(out, weights_only=True)
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "symlink"])
+def test_an_input_is_never_the_output_even_with_overwrite(tmp_path, capsys, monkeypatch, spelling):
+    _ck(tmp_path / "a.pt", 1), _ck(tmp_path / "b.pt", 2)
+    before = (tmp_path / "b.pt").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    out = {"same": str(tmp_path / "b.pt"), "dot": "./sub/../b.pt", "symlink": str(tmp_path / "link.pt")}[spelling]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.pt").symlink_to(tmp_path / "b.pt")
+    _refused(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", out, "--overwrite"], capsys,
+             out, "input")
+    assert (tmp_path / "b.pt").read_bytes() == before
+
+
+def test_an_input_holding_nan_is_refused_by_name(tmp_path, capsys):
+    _ck(tmp_path / "a.pt", 1)
+    _ck(tmp_path / "nan.pt", 2, extra={"dec.w2": torch.tensor([1.0, float("nan")])})
+    _ck(tmp_path / "a.pt", 1, extra={"dec.w2": torch.tensor([1.0, 2.0])})
+    line = _refused(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'nan.pt'}", "--output", tmp_path / "avg.pt"],
+                    capsys, str(tmp_path / "nan.pt"), "dec.w2")
+    assert "NaN" in line
+    assert not (tmp_path / "avg.pt").exists()

@@ -49,6 +49,7 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
         raise UsageError("no checkpoints to average")
     first = load_checkpoint(paths[0])
     ref = first["model"]
+    _check_finite(paths[0], ref)
     sums: dict[str, torch.Tensor] = {}
     for key, value in ref.items():
         if not isinstance(value, torch.Tensor):
@@ -58,6 +59,7 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
         other = load_checkpoint(path)
         _check_same_dictionaries(first, paths[0], other, path)
         model = other["model"]
+        _check_finite(path, model)
         missing = [k for k in ref if k not in model]
         extra = [k for k in model if k not in ref]
         if missing or extra:
@@ -82,6 +84,15 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
     if isinstance(state, dict):  # keep where training was, drop RNG states and iterator positions
         out["train_state"] = {k: v for k, v in state.items() if k in ("epoch", "num_updates")}
     return out
+
+
+def _check_finite(path: str, model: dict) -> None:
+    """One diverged checkpoint turns the whole average into NaN: refuse it by name instead."""
+    for key, value in model.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise DataError(f"{path}: tensor {key!r} holds {bad} non-finite values (NaN or inf): the run diverged "
+                            "or the file is damaged; leave this checkpoint out of the average")
 
 
 def _check_same_dictionaries(first: dict, first_path: str, other: dict, path: str) -> None:
