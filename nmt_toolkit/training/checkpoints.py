@@ -197,6 +197,16 @@ def dictionary_mismatch(recorded: Optional[dict], current: dict) -> Optional[str
             f"{current.get('size')} symbols, sha256 {str(current['sha256'])[:12]}…")
 
 
+def check_data_position(position: int, batches_per_epoch: int, path: str, data: str) -> None:
+    """A checkpoint saved after batch ``position`` of its epoch, resumed on data with fewer batches per epoch
+    (a smaller data-bin, a larger --max-tokens), would end the epoch at once and train nothing: refuse it
+    rather than guess where the new data should start."""
+    if position > batches_per_epoch:
+        raise DataError(f"{path}: saved after batch {position} of its epoch, but the data-bin {data} gives "
+                        f"{batches_per_epoch} batches per epoch (other data, or other --max-tokens); resume on "
+                        "the data it was trained on, or add --reset-dataloader to start the epoch afresh")
+
+
 # --------------------------------------------------------------------------- names and cleanup
 
 

@@ -191,11 +191,6 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
         progress.message(f"resumed from {path} at update {trainer.num_updates}")
     else:
         trainer.set_num_updates(0)
-    if info.is_master and not ck.no_save:  # after the resume: a run refused above keeps its config.yaml
-        # `nmt-train --config config.yaml` repeats the run: every group, and of the common options the seed
-        ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
-                                      dump_yaml({k: v for k, v in configs.items() if k != "common"},
-                                                extra={"common": {"seed": seed}}))
 
     epoch = 1 if ck.reset_dataloader else int(train_state.get("epoch", 1))
     task.load_dataset(opt.train_subset, epoch=epoch)
@@ -216,6 +211,12 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     if train_state.get("iterator") and not ck.reset_dataloader:
         saved_shards = int(train_state.get("num_shards", info.world_size))  # older checkpoints: not recorded
         epoch_itr.load_state_dict(_reshard(train_state["iterator"], saved_shards, info.world_size))
+        ckpt_io.check_data_position(epoch_itr.iterations_in_epoch, len(epoch_itr), path, configs["task"].data)
+    if info.is_master and not ck.no_save:  # after the resume and the data: a run refused above keeps its config.yaml
+        # `nmt-train --config config.yaml` repeats the run: every group, and of the common options the seed
+        ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
+                                      dump_yaml({k: v for k, v in configs.items() if k != "common"},
+                                                extra={"common": {"seed": seed}}))
 
     best = train_state.get("best")
     bad_validations = int(train_state.get("patience_counter", 0))

@@ -22,7 +22,7 @@ from tests.train_helpers import TINY
 
 
 def make_data(root, name: str, src_word: str = "w", tgt_word: str = "v", langs=("xx", "yy"), train_pairs: int = 300,
-              joined: bool = False) -> str:
+              joined: bool = False, dicts_of: str = "") -> str:
     """A synthetic data-bin; other ``src_word``/``tgt_word`` give dictionaries of the same size, other symbols."""
     rng = random.Random(0)
     raw = root / f"raw-{name}"
@@ -38,6 +38,9 @@ def make_data(root, name: str, src_word: str = "w", tgt_word: str = "v", langs=(
     dest = root / name
     argv = ["--source-lang", langs[0], "--target-lang", langs[1], "--trainpref", str(raw / "train"),
             "--validpref", str(raw / "valid"), "--destdir", str(dest), "--workers", "1", "--no-progress-bar"]
+    if dicts_of:
+        argv += ["--srcdict", os.path.join(dicts_of, f"dict.{langs[0]}.txt"),
+                 "--tgtdict", os.path.join(dicts_of, f"dict.{langs[1]}.txt")]
     assert preprocess(argv + (["--joined-dictionary"] if joined else [])) == 0
     return str(dest)
 
@@ -137,3 +140,17 @@ def test_a_checkpoint_without_the_record_still_decodes_on_its_data_bin(world, tm
     result = run_in_process("nmt-generate", [world["A"], "--path", old, "--gen-subset", "valid", "--beam", "1"])
     assert result.status == 0, result.stderr[-2000:]
     assert sum(line.startswith("H-") for line in result.stdout.splitlines()) == 20
+
+
+def test_resuming_mid_epoch_on_a_smaller_data_bin_is_refused_by_name(world, tmp_path):
+    """A position past the end of the new data's epoch would train nothing and exit 0."""
+    save_dir = tmp_path / "ck"
+    assert train_tiny(world["A"], save_dir, "--save-interval-updates", "10", "--max-update", "10",
+                      "--disable-validation") == 0
+    iterator = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)["train_state"]["iterator"]
+    assert iterator["iterations_in_epoch"] == 10  # saved mid-epoch
+    small = make_data(tmp_path, "small", train_pairs=30, dicts_of=world["A"])
+    before = snapshot(save_dir)
+    result = run_in_process("nmt-train", [small, *TINY, "--save-dir", save_dir, "--max-update", "20"])
+    assert_refused(result, "checkpoint_last.pt", small, "--reset-dataloader")
+    assert_unchanged(before, save_dir)
