@@ -91,7 +91,10 @@ class ReplacingFile:
         self._handle.flush()
 
     def close(self) -> None:
+        from nmt_toolkit.training.checkpoints import current_umask
+
         self._handle.close()
+        os.chmod(self._tmp, 0o666 & ~current_umask())  # mkstemp makes 0600: follow the umask as open() does
         os.replace(self._tmp, self._path)
         self._discard.detach()
 

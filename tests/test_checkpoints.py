@@ -148,3 +148,53 @@ def test_unusable_save_dir_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.undo()
     C.prepare_save_dir(str(tmp_path / "new" / "deep"))
     assert os.listdir(tmp_path / "new" / "deep") == []  # the write test leaves nothing
+
+
+def test_a_newer_checkpoint_format_is_refused_by_name(tmp_path):
+    p = tmp_path / "future.pt"
+    C.save_checkpoint({**_state(), "version": 999}, str(p))
+    with pytest.raises(DataError, match=r"future\.pt: checkpoint format version 999 .*newer"):
+        C.load_checkpoint(str(p))
+    C.save_checkpoint({**_state(), "version": "one"}, str(p))
+    with pytest.raises(DataError, match=r"future\.pt: checkpoint format version 'one'"):
+        C.load_checkpoint(str(p))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_written_files_follow_the_umask_like_open(tmp_path, umask):
+    """The reference: the mode open() gives a new file under the same umask."""
+    from nmt_toolkit.cli.common import ReplacingFile
+
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "reference", "w"):
+            pass
+        C.save_checkpoint(_state(), str(tmp_path / "ck.pt"))
+        C.write_text_atomically(str(tmp_path / "config.yaml"), "a: 1\n")
+        C.copy_checkpoint(str(tmp_path / "ck.pt"), str(tmp_path / "copy.pt"))
+        out = ReplacingFile(str(tmp_path / "out.txt"))
+        out.write("x\n")
+        out.close()
+    finally:
+        os.umask(old)
+    want = os.stat(tmp_path / "reference").st_mode & 0o777
+    for name in ("ck.pt", "config.yaml", "copy.pt", "out.txt"):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == want, name
+
+
+def test_a_full_disk_under_torchs_writer_says_no_space_left(tmp_path, monkeypatch):
+    """torch's zip writer turns the OS's ENOSPC into '[enforce fail at inline_container.cc…] unexpected pos';
+    the free space of the folder (here reported as none, as on a full disk) tells what happened."""
+    import collections
+
+    def failing_save(obj, handle):
+        handle.write(b"PK" * 100)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    Statvfs = collections.namedtuple("Statvfs", "f_bavail f_frsize f_bsize")
+    monkeypatch.setattr(C.torch, "save", failing_save)
+    monkeypatch.setattr(C.os, "statvfs", lambda path: Statvfs(0, 4096, 4096))
+    with pytest.raises(DataError) as info:
+        C.save_checkpoint(_state(), str(tmp_path / "ck.pt"))
+    assert "No space left on device" in str(info.value) and "enforce fail" not in str(info.value)
+    assert os.listdir(tmp_path) == []

@@ -152,7 +152,7 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     import ctranslate2
 
     from nmt_toolkit.generation.ensemble import load_ensemble
-    from nmt_toolkit.training.checkpoints import task_dictionaries
+    from nmt_toolkit.training.checkpoints import current_umask, task_dictionaries
     from nmt_toolkit.tasks.translation import read_preprocess_json
 
     if quantization not in QUANTIZATIONS:
@@ -195,6 +195,7 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
             shutil.rmtree(output_dir)
         elif os.path.exists(output_dir):
             os.remove(output_dir)
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700: follow the umask as mkdir does
         os.replace(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -8,6 +8,7 @@ RNG states as tensors), ``version``. Names: ``checkpoint<epoch>.pt``, ``checkpoi
 """
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
@@ -43,15 +44,17 @@ def _write_atomically(path: str, write, what: str = "the checkpoint") -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; other writers' files follow the umask
         os.replace(tmp, path)
     except BaseException as exc:
+        reason = _os_reason(exc, folder)  # before the temp file is removed: a full disk has space again after
         try:
             os.unlink(tmp)
         except OSError:
             pass
         if isinstance(exc, (OSError, RuntimeError)):  # torch's zip writer reports a failed write as RuntimeError
             kept = " (the previous file is intact)" if os.path.exists(path) else ""
-            raise DataError(f"{path}: writing {what} failed: {_os_reason(exc)}{kept}") from None
+            raise DataError(f"{path}: writing {what} failed: {reason}{kept}") from None
         raise
     try:  # make the rename itself durable
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -94,10 +97,31 @@ def remove_stale_temp_files(save_dir: str) -> list[str]:
     return stale
 
 
-def _os_reason(exc: BaseException) -> str:
-    """``No space left on device``: the OS's words, without the errno prefix and the file name again."""
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: less free space than this in the folder of a failed write means the disk filled up
+_FULL_DISK_BYTES = 1 << 20
+
+
+def _os_reason(exc: BaseException, folder: Optional[str] = None) -> str:
+    """``No space left on device``: the OS's words, without the errno prefix and the file name again.
+
+    torch's zip writer reports the OS's error as ``[enforce fail at inline_container.cc…] unexpected pos``;
+    the free space left in ``folder`` then tells a full disk from other failures."""
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
+    if isinstance(exc, RuntimeError) and folder is not None:
+        try:
+            stat = os.statvfs(folder)
+            if stat.f_bavail * stat.f_frsize < _FULL_DISK_BYTES:
+                return os.strerror(errno.ENOSPC)
+        except OSError:
+            pass
     text = str(exc).strip().splitlines()
     return text[0][:160] if text else type(exc).__name__
 
@@ -130,6 +154,13 @@ def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
     if not isinstance(state, dict) or any(k not in state for k in KEYS):
         missing = [k for k in KEYS if not isinstance(state, dict) or k not in state]
         raise DataError(f"{path}: not an nmt_toolkit checkpoint (missing {', '.join(missing)})")
+    version = state["version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DataError(f"{path}: checkpoint format version {version!r} is not one this program writes "
+                        f"(1 to {VERSION}): a damaged or edited file")
+    if version > VERSION:
+        raise DataError(f"{path}: checkpoint format version {version} is newer than this nmt_toolkit reads "
+                        f"({VERSION}); upgrade nmt_toolkit to load it")
     return state
 
 
