@@ -98,11 +98,46 @@ def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[di
             previous = json.load(handle)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
+    check_record(path, previous)
     pair = (previous.get("source_lang"), previous.get("target_lang"))
     if pair != (src, tgt):
         raise DataError(f"--destdir {shown} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
                         f"or another --destdir")
     return previous
+
+
+_RECORD_KEYS = {"source_lang": str, "target_lang": str, "splits": dict}
+_OPTIONAL_KEYS = {"subword": dict, "num_shards": int, "dictionaries": dict}
+
+
+def check_record(path: str, record) -> None:
+    """Refuse a ``preprocess.json`` whose shape is not the one nmt-preprocess writes, naming the key, before
+    any code reads a field of it (a list or a string there would otherwise fail as a traceback)."""
+    def wrong(key: str, expected: str) -> DataError:
+        return DataError(f"{path}: {key} must be {expected}; the file is damaged: run nmt-preprocess again "
+                         f"(--overwrite replaces it)")
+
+    if not isinstance(record, dict):
+        raise wrong("the whole file", f"a JSON object, not {type(record).__name__}")
+    for key, kind in _RECORD_KEYS.items():
+        if key not in record:
+            raise wrong(f"key {key!r}", "present")
+        if not isinstance(record[key], kind):
+            raise wrong(f"key {key!r}", f"a JSON {_JSON_NAMES[kind]}")
+    for key, kind in _OPTIONAL_KEYS.items():
+        if record.get(key) is not None and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
+            raise wrong(f"key {key!r}", f"a JSON {_JSON_NAMES[kind]} or null")
+    for name, entry in record["splits"].items():
+        if not isinstance(entry, dict):
+            raise wrong(f"key 'splits.{name}'", "a JSON object")
+        if entry.get("dictionaries") is not None and not isinstance(entry["dictionaries"], dict):
+            raise wrong(f"key 'splits.{name}.dictionaries'", "a JSON object or null")
+    subword = record.get("subword")
+    if subword is not None and not all(isinstance(subword.get(k), str) for k in ("type", "model")):
+        raise wrong("key 'subword'", "an object with the strings 'type' and 'model'")
+
+
+_JSON_NAMES = {str: "string", dict: "object", int: "integer"}
 
 
 def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:

@@ -144,8 +144,10 @@ class Dictionary:
                     overwrite = field == "#fairseq:overwrite"  # fairseq's per-line flag: a duplicate is allowed
                     if overwrite:
                         word, sep, field = word.rpartition(" ")
-                    if not sep or not word or not field.isdigit():
-                        raise DataError(f"dictionary {path} line {lineno}: expected 'symbol count', got {line[:60]!r}")
+                    # isdigit() also accepts '²' and other digits int() refuses: only ASCII 0-9 is a count
+                    if not sep or not word or not (field.isascii() and field.isdigit()):
+                        raise DataError(f"dictionary {path} line {lineno}: expected 'symbol count' with a whole "
+                                        f"number as count, got {line[:60]!r}")
                     if dict.__contains__(d.indices, word) and not overwrite:
                         raise DataError(f"dictionary {path} line {lineno}: duplicate symbol {word!r} (add "
                                         "#fairseq:overwrite to the line to give it a new index)")

@@ -23,6 +23,7 @@ import numpy as np
 from nmt_toolkit.config import option
 from nmt_toolkit.data import subword
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
+from nmt_toolkit.data.data_bin import check_record
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
@@ -65,9 +66,11 @@ def read_preprocess_json(data: str) -> dict:
         return {}
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            record = json.load(handle)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: unreadable ({exc})") from None
+    check_record(path, record)
+    return record
 
 
 def infer_language_pair(data: str) -> tuple[str, str]:

@@ -7,6 +7,7 @@ the code under test; each program-level case snapshots the files before and afte
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 
@@ -160,3 +161,68 @@ def test_nmt_generate_refuses_a_damaged_test_shard(trained, tmp_path, case):
     assert_refused(result, f"{prefix}.{ext}", said)
     assert "D-" not in result.stdout
     assert_unchanged(before, copy, checkpoint)
+
+
+# ------------------------------------------------------------------------------------ nmt-preprocess inputs
+
+@pytest.fixture
+def raw(tmp_path):
+    """Six training lines per side and a data-bin made from them."""
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    (folder / "train.xx").write_text("a b c\nd e\nf\na d\nb b\nc\n")
+    (folder / "train.yy").write_text("x y\nz\nw w\nx\ny z\nw\n")
+    (folder / "valid.xx").write_text("a b\n")
+    (folder / "valid.yy").write_text("x\n")
+    return folder
+
+
+def base_args(raw, dest, *extra):
+    return ["--source-lang", "xx", "--target-lang", "yy", "--trainpref", raw / "train", "--destdir", dest,
+            "--workers", "1", "--no-progress-bar", *extra]
+
+
+def refused_unchanged(tmp_path, prog, args, *names):
+    """``prog args`` is refused with one line naming ``names``, and nothing under ``tmp_path`` changes."""
+    before = snapshot(tmp_path)
+    line = assert_refused(run_in_process(prog, args), *names)
+    assert_unchanged(before, tmp_path)
+    return line
+
+
+def test_a_dictionary_count_that_is_a_digit_but_not_a_number(tmp_path, raw):
+    bad = tmp_path / "dict.txt"
+    bad.write_text("Haus 3\nEin ²\n", encoding="utf-8")
+    line = refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--srcdict", bad),
+                             str(bad), "line 2")
+    assert "²" in line
+
+
+RECORDS = {
+    "a list": ([1, 2], "a JSON object"),
+    "a string": ("data", "a JSON object"),
+    "no splits": ({"source_lang": "xx", "target_lang": "yy"}, "'splits'"),
+    "no source_lang": ({"target_lang": "yy", "splits": {}}, "'source_lang'"),
+    "splits a list": ({"source_lang": "xx", "target_lang": "yy", "splits": ["train"]}, "'splits'"),
+    "a split a string": ({"source_lang": "xx", "target_lang": "yy", "splits": {"train": "yes"}}, "'splits.train'"),
+    "source_lang a number": ({"source_lang": 5, "target_lang": "yy", "splits": {}}, "'source_lang'"),
+    "subword a string": ({"source_lang": "xx", "target_lang": "yy", "splits": {}, "subword": "spm"}, "'subword'"),
+}
+
+
+@pytest.mark.parametrize("case", list(RECORDS))
+def test_a_preprocess_json_of_the_wrong_shape(tmp_path, raw, case):
+    record, key = RECORDS[case]
+    dest = tmp_path / "bin"
+    assert run_in_process("nmt-preprocess", base_args(raw, dest)).status == 0
+    (dest / "preprocess.json").write_text(json.dumps(record))
+    path = str(dest / "preprocess.json")
+    add_valid = ["--source-lang", "xx", "--target-lang", "yy", "--srcdict", dest / "dict.xx.txt", "--tgtdict",
+                 dest / "dict.yy.txt", "--validpref", raw / "valid", "--destdir", dest, "--no-progress-bar"]
+    refused_unchanged(tmp_path, "nmt-preprocess", add_valid, path, key)
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    line = assert_refused(run_in_process("nmt-train", [dest, *TINY, "--max-update", "1", "--save-dir", save,
+                                                       "--no-progress-bar"]), path)
+    assert key in line
+    assert not list(save.glob("*.pt"))
