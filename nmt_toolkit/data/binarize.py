@@ -23,6 +23,7 @@ checksum differs. Layout with ``--num-shards K`` (K > 1)::
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -64,7 +65,7 @@ class PreprocessConfig:
     bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
                                 choices=list(subword.KINDS))
     bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)", low=1)
-    bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=0)
+    bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=1)
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")
     num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)", low=1)
@@ -76,6 +77,10 @@ class PreprocessConfig:
     def validate(self) -> None:
         if not self.source_lang or not self.target_lang:
             raise UsageError("--source-lang and --target-lang are required")
+        if not self.destdir.strip():  # '' would be the working directory, where nobody means to write
+            raise UsageError(f"--destdir {self.destdir!r}: empty; give the folder to write the data-bin into")
+        if not os.path.basename(os.path.abspath(self.destdir)):
+            raise UsageError(f"--destdir {self.destdir}: the file system's root; give a folder for the data-bin")
         if self.source_lang == self.target_lang:
             raise UsageError(f"--source-lang and --target-lang are both {self.source_lang!r}")
         if self.workers < 1:
@@ -246,6 +251,17 @@ def _split_prefixes(cfg: PreprocessConfig) -> list[tuple[str, str]]:
     return splits
 
 
+def _workers(asked: int, scans: dict) -> int:
+    """``--workers``, at most one per CPU and one per chunk of the longest file: more processes only cost
+    memory and start-up time (the output is the same for any number), and an absurd number would fork
+    that many processes."""
+    chunks = max(len(scan.chunks) for sides in scans.values() for scan in sides.values())
+    cpus = os.cpu_count() or 1
+    if asked > cpus:
+        logger.warning("--workers %d: this machine has %d CPUs; using %d", asked, cpus, min(cpus, chunks))
+    return max(1, min(asked, cpus, chunks))
+
+
 def _chunk_bytes(paths: Sequence[str], workers: int) -> int:
     biggest = max((os.path.getsize(p) for p in paths if os.path.isfile(p)), default=0)
     return int(min(4 << 20, max(256 << 10, biggest // max(1, 4 * workers))))
@@ -278,9 +294,9 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
     cfg.validate()
     src, tgt = cfg.source_lang, cfg.target_lang
     splits = _split_prefixes(cfg)
-    for path in (cfg.srcdict, cfg.tgtdict, cfg.bpe_model):
+    for opt, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict), ("--bpe-model", cfg.bpe_model)):
         if path and not os.path.isfile(path):
-            raise DataError(f"{path}: no such file")
+            raise DataError(f"{opt} {path}: " + ("a folder, not a file" if os.path.isdir(path) else "no such file"))
     paths = [f"{pref}.{lang}" for _, pref in splits for lang in (src, tgt)]
     chunk_bytes = _chunk_bytes(paths, cfg.workers)
     scans: dict[str, dict[str, FileScan]] = {}
@@ -291,6 +307,11 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
             raise DataError(f"{name} files differ in length: {a.path} has {a.lines} lines, {b.path} has {b.lines}")
     if cfg.trainpref and scans["train"][src].lines == 0:
         raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
+    if cfg.trainpref and cfg.num_shards > scans["train"][src].lines:  # a shard without lines is an empty epoch
+        n = scans["train"][src].lines
+        raise UsageError(f"--num-shards {cfg.num_shards}: more shards than the {n} lines of "
+                         f"{scans['train'][src].path}; use at most {n}")
+    cfg = dataclasses.replace(cfg, workers=_workers(cfg.workers, scans))
 
     destdir = os.path.abspath(cfg.destdir)
     tmp = data_bin.staging_folder(destdir, cfg.destdir)
@@ -325,8 +346,8 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
     if codec_kind:
         codec_path = os.path.join(tmp, subword.model_file_name(codec_kind))
         if cfg.bpe_model:
+            subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
             shutil.copyfile(cfg.bpe_model, codec_path)
-            subword.load_codec(codec_kind, codec_path)  # fail early on a bad model
         else:
             train = [scans["train"][lang].path for lang in (src, tgt)]
             logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))

@@ -57,6 +57,7 @@ class SubwordNmtCodec:
         self.model_path = codes_path
         try:
             with open(codes_path, encoding="utf-8") as handle:
+                _check_codes(codes_path, handle)
                 self.bpe = BPE(handle, separator="@@")
         except (OSError, ValueError, UnicodeDecodeError, IndexError) as exc:
             raise DataError(f"{codes_path}: not a subword-nmt codes file ({exc})") from None
@@ -72,6 +73,20 @@ class SubwordNmtCodec:
 
     def decode(self, pieces: str) -> str:
         return (pieces + " ").replace("@@ ", "").rstrip()
+
+
+def _check_codes(path: str, handle) -> None:
+    """Every merge line holds two units, as subword-nmt's BPE expects: it prints its own message and exits
+    the process on any other line. Reads the lines as BPE does, then leaves ``handle`` at the start."""
+    lines = handle.read().rstrip("\n").split("\n")
+    handle.seek(0)
+    for number, line in enumerate(lines, start=1):
+        if number == 1 and line.startswith("#version:"):
+            continue
+        if len(line.strip("\r\n ").split(" ")) != 2:
+            raise DataError(f"{path} line {number}: not a subword-nmt codes file (expected two units separated "
+                            f"by a space, got {line.strip()[:40]!r}); give the bpe.codes written by "
+                            f"nmt-preprocess or subword-nmt learn-bpe")
 
 
 def load_codec(kind: str, model_path: str):

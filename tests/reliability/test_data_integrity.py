@@ -226,3 +226,47 @@ def test_a_preprocess_json_of_the_wrong_shape(tmp_path, raw, case):
                                                        "--no-progress-bar"]), path)
     assert key in line
     assert not list(save.glob("*.pt"))
+
+
+def test_more_shards_than_training_lines(tmp_path, raw):
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--num-shards", "7"),
+                      "--num-shards 7", "6")
+    assert run_in_process("nmt-preprocess", base_args(raw, tmp_path / "bin", "--num-shards", "6")).status == 0
+    assert sorted(p.name for p in (tmp_path / "bin").glob("shard*")) == [f"shard{k}" for k in range(6)]
+
+
+@pytest.mark.parametrize("dest", ["", " "])
+def test_an_empty_destdir_is_refused(tmp_path, raw, dest, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, dest), "--destdir")
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "subword_nmt"])
+def test_a_garbage_bpe_model_is_named_as_the_user_gave_it(tmp_path, raw, kind):
+    garbage = tmp_path / "model.bin"
+    garbage.write_bytes(b"garbage \x00\x01 not a model\n")
+    line = refused_unchanged(tmp_path, "nmt-preprocess",
+                             base_args(raw, tmp_path / "bin", "--bpe", kind, "--bpe-model", garbage), str(garbage))
+    assert ".tmp-" not in line
+
+
+def test_zero_bpe_merges_is_refused(tmp_path, raw):
+    refused_unchanged(tmp_path, "nmt-preprocess",
+                      base_args(raw, tmp_path / "bin", "--bpe", "subword_nmt", "--bpe-merges", "0"), "--bpe-merges")
+
+
+def test_absurd_workers_are_capped_not_forked(tmp_path, raw, monkeypatch):
+    """--workers 100000 on six lines must not start 100000 processes (the output is the same for any N)."""
+    from nmt_toolkit.data import binarize
+
+    started = []
+
+    class Recording(binarize._Runner):
+        def __init__(self, workers, init_args):
+            started.append(workers)
+            super().__init__(1, init_args)  # never fork here, whatever was asked
+
+    monkeypatch.setattr(binarize, "_Runner", Recording)
+    result = run_in_process("nmt-preprocess", base_args(raw, tmp_path / "bin", "--workers", "100000"))
+    assert result.status == 0, result.stderr
+    assert started and max(started) <= (os.cpu_count() or 1), started
