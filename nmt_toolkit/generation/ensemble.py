@@ -128,9 +128,10 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
 
     Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
     naming it. A checkpoint that records other dictionaries or another direction than ``dict_files`` and
-    ``langs`` (the data-bin's) is refused by name before its model is built. A checkpoint trained with other dictionaries (a vocabulary size that does not match the
-    data-bin's) is a "wrong dictionary" error naming both; other shapes that differ from the stored config
-    (an edited or mixed file) say so, with both shapes. Returns ``(models, configs)``.
+    ``langs`` (the data-bin's) is refused by name before its model is built. So is one whose tensor shapes
+    differ from what its stored config builds (compared on the meta device, before any memory is taken): a
+    vocabulary-sized difference is a "wrong dictionary" error naming both, others an edited or mixed file.
+    Returns ``(models, configs)``.
     """
     from nmt_toolkit.errors import DataError
     from nmt_toolkit.models import build_model_from_config_dict
@@ -146,26 +147,10 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
         if not isinstance(config, dict) or not isinstance(config.get("components"), dict) \
                 or "model" not in config["components"]:
             raise DataError(f"{path}: the checkpoint's config has no components.model entry (not written by nmt-train?)")
-        model = build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
-        expected = model.state_dict()
         weights = state["model"]
-        for key, tensor in expected.items():
-            if key not in weights:
-                raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
-            got, want = tuple(weights[key].shape), tuple(tensor.shape)
-            if got != want:
-                differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
-                if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
-                    files = " and ".join(dict_files) or "the data-bin dictionaries"
-                    raise DataError(
-                        f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
-                        f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
-                        f"data-bin folder the model was trained on")
-                raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
-                                f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
-        unexpected = [k for k in weights if k not in expected]
-        if unexpected:
-            raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
+        _check_shapes(path, _skeleton(config, src_dict, tgt_dict, path).state_dict(), weights, config,
+                      src_dict, tgt_dict, dict_files)
+        model = build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
         _check_finite(path, weights)
         model.load_state_dict(weights)
         model.eval()
@@ -174,6 +159,46 @@ def load_ensemble(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence
         models.append(model)
         configs.append(config)
     return models, configs
+
+
+def _skeleton(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
+    """The model of ``config`` without memory for its weights (on the meta device), to compare shapes with the
+    file before building it: a config edited to a huge width would otherwise allocate gigabytes first."""
+    from nmt_toolkit.errors import NmtError
+    from nmt_toolkit.models import build_model_from_config_dict
+
+    try:
+        with torch.device("meta"):
+            return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+    except NmtError:
+        raise
+    except Exception:  # a plugin model that reads values while it builds: compare with the real one
+        return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+
+
+def _check_shapes(path: str, expected: dict, weights: dict, config: dict, src_dict, tgt_dict,
+                  dict_files: Sequence[str]) -> None:
+    """The file's tensors against the model its config builds; a vocabulary-sized difference is a wrong
+    dictionary, any other an edited or mixed file."""
+    from nmt_toolkit.errors import DataError
+
+    for key, tensor in expected.items():
+        if key not in weights:
+            raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
+        got, want = tuple(weights[key].shape), tuple(tensor.shape)
+        if got != want:
+            differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
+            if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
+                files = " and ".join(dict_files) or "the data-bin dictionaries"
+                raise DataError(
+                    f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
+                    f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
+                    f"data-bin folder the model was trained on")
+            raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
+                            f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
+    unexpected = [k for k in weights if k not in expected]
+    if unexpected:
+        raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
 
 
 def _check_finite(path: str, weights: dict) -> None:

@@ -18,7 +18,7 @@ import zipfile
 import pytest
 import torch
 
-from tests.reliability.harness import assert_refused, run_process, snapshot
+from tests.reliability.harness import assert_refused, run_in_process, run_process, snapshot
 from tests.train_helpers import TINY, make_bin
 
 PAYLOAD_BYTES = [104, 97, 99, 107, 101, 100]  # "hacked"
@@ -182,3 +182,48 @@ def test_a_dictionary_that_is_a_pickle_or_archive_is_refused_and_runs_nothing(wo
     shutil.copyfile(source, data / "dict.xx.txt")
     argv = ["nmt-train", data, *TINY, "--save-dir", tmp_path / "ck", "--max-update", "1"]
     _refused_without_a_trace(world, tmp_path, [str(a) for a in argv], "", "dict.xx.txt")
+
+
+@pytest.fixture(scope="module")
+def trained(world):
+    from nmt_toolkit.cli.train import run as train
+
+    save_dir = world["root"] / "ck"
+    assert train([world["data"], *TINY, "--save-dir", str(save_dir), "--max-update", "2", "--no-progress-bar"]) == 0
+    return str(save_dir / "checkpoint_last.pt")
+
+
+def test_a_config_that_builds_a_huge_model_is_refused_before_the_memory_is_taken(world, trained, tmp_path):
+    """The stored weights are 32 wide, the stored config says 4096: building that model first would take
+    ~400 MB for a file of a few hundred KB (65536 would take gigabytes). The reference is the process's peak
+    resident memory, from the OS."""
+    state = torch.load(trained, weights_only=True)
+    state["config"]["model"]["embed_dim"] = 4096
+    crafted = tmp_path / "wide.pt"
+    torch.save(state, crafted)
+    script = f"""
+import resource
+from nmt_toolkit.cli import generate
+import nmt_toolkit.models, nmt_toolkit.generation.beam_search, nmt_toolkit.tasks.translation
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+status = generate.run([{world["data"]!r}, "--path", {str(crafted)!r}, "--gen-subset", "valid"])
+print("RESULT", status, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    status, growth_kb = proc.stdout.split("RESULT")[-1].split()
+    assert int(status) != 0, proc.stderr[-2000:]
+    assert "embed" in proc.stderr or "shape" in proc.stderr, proc.stderr[-2000:]
+    assert int(growth_kb) < 100 * 1024, f"peak memory grew by {int(growth_kb) // 1024} MiB"
+
+
+@pytest.mark.parametrize("program", ["nmt-generate", "nmt-average-checkpoints"])
+def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line(world, trained, tmp_path, program):
+    state = torch.load(trained, weights_only=True)
+    state["version"] = 999
+    crafted = tmp_path / "v999.pt"
+    torch.save(state, crafted)
+    argv = {"nmt-generate": [world["data"], "--path", crafted, "--gen-subset", "valid"],
+            "nmt-average-checkpoints": ["--inputs", crafted, "--output", tmp_path / "avg.pt"]}[program]
+    assert_refused(run_in_process(program, argv), str(crafted), "version 999")
