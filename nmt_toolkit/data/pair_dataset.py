@@ -94,6 +94,19 @@ class LanguagePairDataset:
             ok &= self.tgt_sizes[indices] <= max_tgt
         return indices[ok], indices[~ok]
 
+    def limits_exceeded(self, max_positions, max_tokens: Optional[int]) -> list[str]:
+        """The options (with their values) whose limit some pair is longer than: what to raise when no pair
+        was left to batch."""
+        max_src, max_tgt = max_positions if isinstance(max_positions, (tuple, list)) else (max_positions, max_positions)
+        found = []
+        if max_src is not None and len(self) and int(self.src_sizes.max()) > max_src:
+            found.append(f"--max-source-positions {max_src}")
+        if max_tgt is not None and self.tgt_sizes is not None and len(self) and int(self.tgt_sizes.max()) > max_tgt:
+            found.append(f"--max-target-positions {max_tgt}")
+        if max_tokens and len(self) and int(self.num_tokens_vec().max()) > max_tokens:
+            found.append(f"--max-tokens {max_tokens}")
+        return found
+
     def collater(self, samples: Sequence[dict]) -> dict:
         return collate(samples, self.src_dict.pad(), self.tgt_dict.eos() if self.tgt_dict else self.src_dict.eos())
 

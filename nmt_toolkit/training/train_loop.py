@@ -204,10 +204,11 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
                                         shard_id=info.rank, epoch=epoch)
     if not epoch_itr.batches:
         budget = getattr(configs.get("task"), "max_tokens", None)
-        limit = f"--max-tokens {budget} or the max positions" if budget else "the max positions"
-        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than {limit} "
-                       f"(see the warning above); raise " + ("--max-tokens" if budget else "--max-source-positions/"
-                                                             "--max-target-positions"))
+        limits = task.dataset(opt.train_subset).limits_exceeded(task.max_positions(), budget) or \
+            ["--max-source-positions/--max-target-positions/--max-tokens"]
+        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than "
+                       f"{' or '.join(limits)} allows (see the warning above); raise "
+                       + "/".join(limit.split()[0] for limit in limits))
     if train_state.get("iterator") and not ck.reset_dataloader:
         saved_shards = int(train_state.get("num_shards", info.world_size))  # older checkpoints: not recorded
         epoch_itr.load_state_dict(_reshard(train_state["iterator"], saved_shards, info.world_size))

@@ -270,3 +270,12 @@ def test_absurd_workers_are_capped_not_forked(tmp_path, raw, monkeypatch):
     result = run_in_process("nmt-preprocess", base_args(raw, tmp_path / "bin", "--workers", "100000"))
     assert result.status == 0, result.stderr
     assert started and max(started) <= (os.cpu_count() or 1), started
+
+
+def test_max_source_positions_is_named_when_it_skips_every_pair(trained, tmp_path):
+    data, _ = trained
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    line = assert_refused(run_in_process("nmt-train", [data, *TINY, "--max-source-positions", "3",
+                                                       "--max-update", "1", "--save-dir", save, "--no-progress-bar"]))
+    assert "--max-source-positions" in line and "raise --max-tokens" not in line, line
