@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import math
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from nmt_toolkit.errors import DataError
+from nmt_toolkit.errors import DataError, UsageError
 
 VERSION = 1
 KEYS = ("model", "config", "version")
@@ -236,6 +237,33 @@ def check_data_position(position: int, batches_per_epoch: int, path: str, data: 
         raise DataError(f"{path}: saved after batch {position} of its epoch, but the data-bin {data} gives "
                         f"{batches_per_epoch} batches per epoch (other data, or other --max-tokens); resume on "
                         "the data it was trained on, or add --reset-dataloader to start the epoch afresh")
+
+
+def check_optimizer(state: dict, path: str, optimizer: str, reset_optimizer: bool) -> None:
+    """Resuming another optimizer's state (adam's moments into sgd) fails deep inside torch with a KeyError;
+    refuse it by name with the two ways out."""
+    if reset_optimizer or not state.get("optimizer"):
+        return
+    saved = ((state.get("config") or {}).get("components") or {}).get("optimizer")
+    if saved and saved != optimizer:
+        raise UsageError(f"--optimizer {optimizer}: {path} holds the state of a {saved} optimizer; resume with "
+                         f"--optimizer {saved}, or add --reset-optimizer to start {optimizer} afresh from its weights")
+
+
+def check_finite_for_save(weights: dict, metric: Optional[float], save_dir: str, updates: int) -> None:
+    """A diverged run (NaN or infinite weights, or validation metric) must not overwrite checkpoint_last.pt
+    and checkpoint_best.pt with garbage: stop before the save, keeping every checkpoint already written."""
+    what = None
+    if metric is not None and not math.isfinite(metric):
+        what = f"the validation metric is {metric}"
+    else:
+        for key, tensor in weights.items():
+            if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                what = f"tensor {key!r} holds NaN or inf"
+                break
+    if what:
+        raise DataError(f"--save-dir {save_dir}: not saving update {updates}: {what} (the training diverged); "
+                        "stopped, the checkpoints saved before are kept: resume from them with a lower --lr")
 
 
 # --------------------------------------------------------------------------- names and cleanup

@@ -181,6 +181,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
     if path is not None:
         state = ckpt_io.load_checkpoint(path, map_location=device)
         ckpt_io.check_task_dictionaries(state, path, task)
+        ckpt_io.check_optimizer(state, path, comp.optimizer, ck.reset_optimizer)
         trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path,
                                 hint=_model_options_hint(state.get("config"), stored_config.get("model")))
         train_state = state.get("train_state", {})
@@ -289,6 +290,7 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             return
         e, n = epoch_itr.epoch, trainer.num_updates
         state = trainer.state_dict()
+        ckpt_io.check_finite_for_save(state["model"], val, ck.save_dir, n)
         state["config"] = stored_config
         state["version"] = ckpt_io.VERSION
         state["dictionaries"] = dictionaries

@@ -154,3 +154,41 @@ def test_resuming_mid_epoch_on_a_smaller_data_bin_is_refused_by_name(world, tmp_
     result = run_in_process("nmt-train", [small, *TINY, "--save-dir", save_dir, "--max-update", "20"])
     assert_refused(result, "checkpoint_last.pt", small, "--reset-dataloader")
     assert_unchanged(before, save_dir)
+
+
+def test_resuming_adam_state_into_sgd_names_both_and_the_way_out(world, tmp_path):
+    save_dir = tmp_path / "ck"
+    assert train_tiny(world["A"], save_dir) == 0  # TINY trains with adam
+    before = snapshot(save_dir)
+    result = run_in_process("nmt-train", [world["A"], *TINY, "--save-dir", save_dir, "--max-update", "6",
+                                          "--optimizer", "sgd", "--momentum", "0.9"])
+    assert_refused(result, "--optimizer sgd", "adam", "--reset-optimizer")
+    assert_unchanged(before, save_dir)
+    assert run_in_process("nmt-train", [world["A"], *TINY, "--save-dir", save_dir, "--max-update", "6",
+                                        "--optimizer", "sgd", "--momentum", "0.9", "--reset-optimizer"]).status == 0
+
+
+def test_a_diverged_run_stops_without_saving_nan_and_keeps_earlier_checkpoints(world, tmp_path, monkeypatch):
+    """The weights turn NaN after update 3 (as a diverged run's do); the saves at update 4 must not happen."""
+    from nmt_toolkit.training.trainer import Trainer
+
+    original = Trainer.train_step
+
+    def diverging(self, samples):
+        original(self, samples)
+        if self.num_updates >= 3:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+
+    monkeypatch.setattr(Trainer, "train_step", diverging)
+    save_dir = tmp_path / "ck"
+    result = run_in_process("nmt-train", [world["A"], *TINY, "--save-dir", save_dir, "--max-update", "8",
+                                          "--save-interval-updates", "2", "--validate-interval-updates", "2"])
+    assert_refused(result, str(save_dir), "update 4")
+    assert sorted(os.listdir(save_dir)) == ["checkpoint_1_2.pt", "checkpoint_best.pt", "checkpoint_last.pt",
+                                            "config.yaml"]
+    for name in ("checkpoint_1_2.pt", "checkpoint_best.pt", "checkpoint_last.pt"):
+        state = torch.load(save_dir / name, weights_only=True)
+        assert state["train_state"]["num_updates"] == 2
+        assert math.isfinite(state["train_state"]["best"])
+        assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
