@@ -2,7 +2,8 @@
 
 Keys: ``model``, ``optimizer``, ``lr_scheduler``, ``scaler``, ``config`` (plain nested dict, see
 ``cli/train.py``), ``train_state`` (epoch, num_updates, iterator position, best metric, patience counter,
-RNG states as tensors), ``version``. Names: ``checkpoint<epoch>.pt``, ``checkpoint_<epoch>_<updates>.pt``,
+RNG states as tensors), ``dictionaries`` (what the model was trained on: :func:`dictionaries_record`),
+``version``. Names: ``checkpoint<epoch>.pt``, ``checkpoint_<epoch>_<updates>.pt``,
 ``checkpoint_last.pt``, ``checkpoint_best.pt``, and ``checkpoint.best_<metric>_<value>.pt`` for
 ``--keep-best-checkpoints``.
 """
