@@ -247,7 +247,7 @@ def check_optimizer(state: dict, path: str, optimizer: str, reset_optimizer: boo
         return
     saved = ((state.get("config") or {}).get("components") or {}).get("optimizer")
     if saved and saved != optimizer:
-        raise UsageError(f"--optimizer {optimizer}: {path} holds the state of a {saved} optimizer; resume with "
+        raise UsageError(f"--optimizer {optimizer}: {path} holds the state of the {saved} optimizer; resume with "
                          f"--optimizer {saved}, or add --reset-optimizer to start {optimizer} afresh from its weights")
 
 
