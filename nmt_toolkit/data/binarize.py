@@ -307,6 +307,11 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
             raise DataError(f"{name} files differ in length: {a.path} has {a.lines} lines, {b.path} has {b.lines}")
     if cfg.trainpref and scans["train"][src].lines == 0:
         raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
+    for name, sides in scans.items():  # an empty valid split would validate as loss 0 and become the best
+        if name != "train" and sides[src].lines == 0:
+            option = "--validpref" if name.startswith("valid") else "--testpref"
+            raise DataError(f"{option}: {sides[src].path} and {sides[tgt].path} have no lines; give files with "
+                            f"sentences, or leave the split out")
     if cfg.trainpref and cfg.num_shards > scans["train"][src].lines:  # a shard without lines is an empty epoch
         n = scans["train"][src].lines
         raise UsageError(f"--num-shards {cfg.num_shards}: more shards than the {n} lines of "

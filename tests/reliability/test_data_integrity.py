@@ -279,3 +279,12 @@ def test_max_source_positions_is_named_when_it_skips_every_pair(trained, tmp_pat
     line = assert_refused(run_in_process("nmt-train", [data, *TINY, "--max-source-positions", "3",
                                                        "--max-update", "1", "--save-dir", save, "--no-progress-bar"]))
     assert "--max-source-positions" in line and "raise --max-tokens" not in line, line
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])
+def test_an_empty_validation_or_test_file_is_refused(tmp_path, raw, split):
+    """An empty valid split validated as loss 0.000 and became the best checkpoint's score."""
+    (raw / "empty.xx").write_text("")
+    (raw / "empty.yy").write_text("")
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", f"--{split}pref", raw / "empty"),
+                      str(raw / "empty.xx"), f"--{split}pref")
