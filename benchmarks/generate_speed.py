@@ -114,10 +114,11 @@ def _sync(device: torch.device) -> None:
 def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profile: bool = False,
           early_stop: str = "bound", repeats: int = 1, with_flops: bool = True, workers: int = 1):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.generation.config import GenerationConfig
     from nmt_toolkit.generation.parallel import decode_batches
 
-    gen = SequenceGenerator([model], d, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b, lenpen=0.6,
-                            early_stop=early_stop)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=beam, max_len_a=max_len_a, max_len_b=max_len_b,
+                                                         lenpen=0.6, early_stop=early_stop))
     device = next(model.parameters()).device
     if device.type == "cpu" and PACKED[0]:  # as nmt-generate does (--cpu-packed-linear, on by default)
         from nmt_toolkit.generation.cpu import optimize_for_cpu

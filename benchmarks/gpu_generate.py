@@ -37,6 +37,7 @@ import torch
 from nmt_toolkit import registry
 from nmt_toolkit.data.batching import batch_by_size
 from nmt_toolkit.generation.beam_search import SequenceGenerator
+from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.models.summary import SizedDictionary, build_for_dry_run
 from nmt_toolkit.models.transformer import TransformerConfig
 
@@ -132,9 +133,9 @@ def main() -> None:
 
             optimize_for_cpu(model)
         for search in searches:
-            gen = SequenceGenerator([model], vocab, beam_size=args.beam, max_len_a=args.max_len_a,
-                                    max_len_b=args.max_len_b, static_search="on" if search == "static" else "off",
-                                    static_check_interval=args.check_interval)
+            gen = SequenceGenerator([model], vocab, GenerationConfig(
+                beam=args.beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                static_search="on" if search == "static" else "off", static_check_interval=args.check_interval))
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             times = []

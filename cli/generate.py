@@ -155,7 +155,7 @@ def setup(configs: dict):
 
         for model in models:
             optimize_for_cpu(model)
-    generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=configs["common"].seed)
+    generator = SequenceGenerator(models, task.tgt_dict, gen, seed=configs["common"].seed)
     gen.check_model_limit(generator.model.max_positions()[1])
     torch.manual_seed(configs["common"].seed)
     return task, generator, detok, device

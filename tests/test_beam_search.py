@@ -18,6 +18,7 @@ import torch
 
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.generation.beam_search import SequenceGenerator, length_penalty
+from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
 
 
@@ -65,8 +66,8 @@ def test_beam_equals_exhaustive_search(seed, alpha, style):
     d = make_dict(4)  # 8 symbols: <s> <pad> </s> <unk> w0..w3
     model = make_model(d, seed)
     src, lengths = make_batch(d, [5, 3], seed)
-    gen = SequenceGenerator([model], d, beam_size=64, max_len_a=0, max_len_b=3, lenpen=alpha,
-                            lenpen_style=style, nbest=1)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=64, max_len_a=0, max_len_b=3, lenpen=alpha,
+                                                         lenpen_style=style, nbest=1))
     best = gen.generate(src, lengths)
     inner = [t for t in range(len(d)) if t not in (d.pad(), d.eos())]
     for i in range(len(lengths)):
@@ -106,7 +107,7 @@ def test_beam_one_is_greedy():
     d = make_dict(20)
     model = make_model(d, 5, peak=2.0)
     src, lengths = make_batch(d, [6, 9, 4], 5)
-    gen = SequenceGenerator([model], d, beam_size=1, max_len_a=1, max_len_b=5, lenpen=0.6)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=1, max_len_a=1, max_len_b=5, lenpen=0.6))
     out = gen.generate(src, lengths)
     for i in range(3):
         n = int(lengths[i])
@@ -119,7 +120,7 @@ def test_batched_equals_one_at_a_time_and_scores_equal_score_reference():
     d = make_dict(24)
     model = make_model(d, 7, peak=3.0)
     src, lengths = make_batch(d, [7, 3, 11, 5, 9], 7)
-    gen = SequenceGenerator([model], d, beam_size=4, nbest=2, max_len_b=8)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=4, nbest=2, max_len_b=8))
     batched = gen.generate(src, lengths)
     for i in range(len(lengths)):
         n = int(lengths[i])
@@ -141,8 +142,8 @@ def test_ensemble_of_a_model_with_itself_equals_the_model():
     d = make_dict(16)
     model = make_model(d, 9, peak=3.0)
     src, lengths = make_batch(d, [5, 8], 9)
-    one = SequenceGenerator([model], d, beam_size=4, max_len_b=6).generate(src, lengths)
-    two = SequenceGenerator([model, model], d, beam_size=4, max_len_b=6).generate(src, lengths)
+    one = SequenceGenerator([model], d, GenerationConfig(beam=4, max_len_b=6)).generate(src, lengths)
+    two = SequenceGenerator([model, model], d, GenerationConfig(beam=4, max_len_b=6)).generate(src, lengths)
     for a, b in zip(one, two):
         assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
         assert a[0]["score"] == pytest.approx(b[0]["score"], abs=1e-5)
@@ -157,9 +158,9 @@ def test_ensemble_of_two_models_is_the_mixture_of_their_probabilities():
     d = make_dict(4)
     models = make_model(d, 21, peak=3.0), make_model(d, 22, peak=3.0)
     src, lengths = make_batch(d, [5, 3], 21)
-    gen = SequenceGenerator(list(models), d, beam_size=64, max_len_a=0, max_len_b=3, lenpen=0.6, nbest=1)
+    gen = SequenceGenerator(list(models), d, GenerationConfig(beam=64, max_len_a=0, max_len_b=3, lenpen=0.6, nbest=1))
     best = gen.generate(src, lengths)
-    alone = [SequenceGenerator([m], d, beam_size=1, max_len_a=0, max_len_b=3, lenpen=0.6) for m in models]
+    alone = [SequenceGenerator([m], d, GenerationConfig(beam=1, max_len_a=0, max_len_b=3, lenpen=0.6)) for m in models]
     inner = [t for t in range(len(d)) if t not in (d.pad(), d.eos())]
     cands = [torch.tensor(list(p) + [d.eos()]) for n in (1, 2, 3) for p in itertools.product(inner, repeat=n)]
     tgt = pad_targets(cands, d.pad())
@@ -186,19 +187,22 @@ def test_constraints_min_len_max_len_prefix_no_repeat_unkpen():
     d = make_dict(12)
     model = make_model(d, 11, peak=1.0)
     src, lengths = make_batch(d, [6, 4], 11)
-    out = SequenceGenerator([model], d, beam_size=3, max_len_a=0, max_len_b=4, min_len=3).generate(src, lengths)
+    out = SequenceGenerator([model], d, GenerationConfig(beam=3, max_len_a=0, max_len_b=4, min_len=3)).generate(
+        src, lengths)
     for hyps in out:
         assert 4 <= len(hyps[0]["tokens"]) <= 5 and hyps[0]["tokens"][-1] == d.eos()
         assert d.eos() not in hyps[0]["tokens"][:-1].tolist()
     prefix = torch.tensor([[5, 6], [7, d.pad()]])
-    out = SequenceGenerator([model], d, beam_size=3, max_len_b=6).generate(src, lengths, prefix_tokens=prefix)
+    out = SequenceGenerator([model], d, GenerationConfig(beam=3, max_len_b=6)).generate(src, lengths,
+                                                                                         prefix_tokens=prefix)
     assert out[0][0]["tokens"][:2].tolist() == [5, 6] and out[1][0]["tokens"][0] == 7
-    gen = SequenceGenerator([model], d, beam_size=3, max_len_a=0, max_len_b=12, min_len=12, no_repeat_ngram_size=2)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=3, max_len_a=0, max_len_b=12, min_len=12,
+                                                         no_repeat_ngram_size=2))
     for hyps in gen.generate(src, lengths):
         toks = [d.eos()] + hyps[0]["tokens"].tolist()  # the start symbol (EOS) counts, as in fairseq
         bigrams = list(zip(toks, toks[1:]))
         assert len(bigrams) == len(set(bigrams))
-    gen = SequenceGenerator([model], d, beam_size=3, max_len_b=6, unkpen=1e4)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=3, max_len_b=6, unkpen=1e4))
     for hyps in gen.generate(src, lengths):
         assert d.unk() not in hyps[0]["tokens"].tolist()
 
@@ -207,12 +211,12 @@ def test_sampling_is_seeded():
     d = make_dict(30)
     model = make_model(d, 13, peak=1.0)
     src, lengths = make_batch(d, [6, 4, 5], 13)
-    kw = dict(beam_size=2, max_len_b=6, sampling=True, sampling_topk=3, seed=5)
-    a = SequenceGenerator([model], d, **kw).generate(src, lengths)
-    b = SequenceGenerator([model], d, **kw).generate(src, lengths)
+    cfg = GenerationConfig(beam=2, max_len_b=6, sampling=True, sampling_topk=3)
+    a = SequenceGenerator([model], d, cfg, seed=5).generate(src, lengths)
+    b = SequenceGenerator([model], d, cfg, seed=5).generate(src, lengths)
     assert [h[0]["tokens"].tolist() for h in a] == [h[0]["tokens"].tolist() for h in b]
-    c = SequenceGenerator([model], d, beam_size=2, max_len_b=6, sampling=True, sampling_topp=0.5, temperature=0.7,
-                          seed=1).generate(src, lengths)
+    c = SequenceGenerator([model], d, GenerationConfig(beam=2, max_len_b=6, sampling=True, sampling_topp=0.5,
+                                                       temperature=0.7), seed=1).generate(src, lengths)
     assert all(len(h[0]["tokens"]) >= 1 for h in c)
 
 
@@ -228,8 +232,9 @@ def _first_token_draws(topk, topp, temperature, draws=4000):
     d = make_dict(6)
     model = make_model(d, 13, peak=1.0)
     src, lengths = make_batch(d, [5], 13)
-    gen = SequenceGenerator([model], d, beam_size=1, max_len_a=0, max_len_b=1, min_len=1, sampling=True,
-                            sampling_topk=topk, sampling_topp=topp, temperature=temperature, seed=7)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=1, max_len_a=0, max_len_b=1, min_len=1, sampling=True,
+                                                         sampling_topk=topk, sampling_topp=topp,
+                                                         temperature=temperature), seed=7)
     out = gen.generate(src.expand(draws, -1).contiguous(), lengths.expand(draws).contiguous())
     counts = torch.bincount(torch.tensor([int(h[0]["tokens"][0]) for h in out]), minlength=len(d)).double()
     return counts, _reference_next_token(model, d, src, lengths, [], topk, topp, temperature, ban_eos=True)
@@ -303,8 +308,9 @@ def test_each_beam_is_an_independent_sample_that_ends_at_its_eos(beam, topk, tem
     model = make_model(d, 13, peak=1.0)
     src, lengths = make_batch(d, [5], 13)
     sentences = 3000
-    gen = SequenceGenerator([model], d, beam_size=beam, nbest=beam, max_len_a=0, max_len_b=2, min_len=1,
-                            sampling=True, sampling_topk=topk, temperature=temperature, seed=11)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=beam, nbest=beam, max_len_a=0, max_len_b=2, min_len=1,
+                                                         sampling=True, sampling_topk=topk, temperature=temperature),
+                            seed=11)
     out = gen.generate(src.expand(sentences, -1).contiguous(), lengths.expand(sentences).contiguous())
     V = len(d)
     counts = torch.zeros(V * V, dtype=torch.float64)
@@ -324,13 +330,13 @@ def test_each_beam_is_an_independent_sample_that_ends_at_its_eos(beam, topk, tem
     assert stat < limit, stat
 
 def test_row_topk_equals_topk():
-    from nmt_toolkit.generation.beam_search import _row_topk
+    from nmt_toolkit.generation.search_steps import chunked_row_topk
 
     g = torch.Generator().manual_seed(0)
     for width in (8008, 2048, 1000, 999, 40):
         x = torch.randn(7, width, generator=g)
         x[0, 5:] = float("-inf")  # fewer finite values than asked for
-        v, i = _row_topk(x, 8)
+        v, i = chunked_row_topk(x, 8)
         rv, ri = x.topk(8, dim=1)
         assert torch.equal(v, rv)
         assert torch.equal(i[1:], ri[1:]) and torch.equal(i[0, :5], ri[0, :5])
@@ -342,10 +348,10 @@ def test_parent_slots_keep_every_beam_that_can_stay_in_place(k):
     """Against every assignment of k hypotheses to k slots (brute force): the one chosen is a permutation,
     places the first child of each parent in its parent's slot, and so keeps as many hypotheses in their
     parent's slot as the best assignment does; later children take the free slots in increasing order."""
-    from nmt_toolkit.generation.beam_search import _parent_slots
+    from nmt_toolkit.generation.strategies import parent_slots
 
     all_parents = torch.tensor(list(itertools.product(range(k), repeat=k)))  # every [k] of parent slots
-    slots = _parent_slots(all_parents)
+    slots = parent_slots(all_parents)
     for parents, got in zip(all_parents.tolist(), slots.tolist()):
         assert sorted(got) == list(range(k))
         best = max(sum(p == s for p, s in zip(parents, perm)) for perm in itertools.permutations(range(k)))
@@ -359,14 +365,14 @@ def test_parent_slots_keep_every_beam_that_can_stay_in_place(k):
 @pytest.mark.parametrize("need_attn", [False, True])
 def test_fast_paths_equal_the_generic_ones(monkeypatch, need_attn):
     """Sentence-level encoder keys/values and the chunked top-k give the generic layout's hypotheses."""
-    import nmt_toolkit.generation.beam_search as bs
+    import nmt_toolkit.generation.search_steps as steps
 
     d = make_dict(2044)  # 2048 symbols: the chunked top-k runs
     model = make_model(d, 17, peak=3.0)
     src, lengths = make_batch(d, [7, 3, 11, 5, 9, 2], 17)
-    gen = SequenceGenerator([model], d, beam_size=4, nbest=4, max_len_b=8)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=4, nbest=4, max_len_b=8))
     fast = gen.generate(src, lengths, need_attn=need_attn)
-    monkeypatch.setattr(bs, "_CHUNKED_TOPK_MIN_VOCAB", 10**9)
+    monkeypatch.setattr(steps, "CHUNKED_TOPK_MIN_VOCAB", 10**9)
     monkeypatch.setattr(TransformerModel, "supports_sentence_level_encoder_out", False)
     slow = gen.generate(src, lengths, need_attn=need_attn)
     for a, b in zip(fast, slow):
@@ -391,8 +397,8 @@ def test_bound_early_stop_returns_what_a_search_to_the_maximum_length_returns(nb
             model.decoder.output_weight()[d.eos()].mul_(2.0)
         outs = {}
         for rule in ("bound", "never"):
-            gen = SequenceGenerator([model], d, beam_size=4, nbest=nbest, max_len_b=12, lenpen=alpha,
-                                    early_stop=rule)
+            gen = SequenceGenerator([model], d, GenerationConfig(beam=4, nbest=nbest, max_len_b=12, lenpen=alpha,
+                                                                 early_stop=rule))
             calls = []
             real = gen.model.log_probs
             gen.model.log_probs = lambda *a, **k: calls.append(a[0].size(0)) or real(*a, **k)
@@ -408,6 +414,6 @@ def test_generator_rejects_an_nbest_larger_than_the_beam_and_unknown_rules():
     d = make_dict(8)
     model = make_model(d, 1)
     with pytest.raises(ValueError, match="nbest"):
-        SequenceGenerator([model], d, beam_size=2, nbest=3)
+        SequenceGenerator([model], d, GenerationConfig(beam=2, nbest=3))
     with pytest.raises(ValueError, match="early_stop"):
-        SequenceGenerator([model], d, early_stop="sometimes")
+        SequenceGenerator([model], d, GenerationConfig(early_stop="sometimes"))

@@ -137,6 +137,7 @@ def test_decoding_with_and_without_packed_weights_agrees():
     """A beam search and the scoring pass give the same hypotheses and scores (≤ 1e-4) either way."""
     from nmt_toolkit.data.dictionary import Dictionary
     from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.generation.config import GenerationConfig
     from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
 
     d = Dictionary()
@@ -147,7 +148,7 @@ def test_decoding_with_and_without_packed_weights_agrees():
     torch.manual_seed(1)
     model = TransformerModel.build_model(cfg, d, d).eval()
     assert optimize_for_cpu(model) == cpu.packing_works()
-    gen = SequenceGenerator([model], d, beam_size=4, max_len_a=1.0, max_len_b=5)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=4, max_len_a=1.0, max_len_b=5))
     src = torch.randint(4, len(d), (6, 9))
     src[3, 6:] = d.pad()
     lengths = (src != d.pad()).sum(1)

@@ -20,6 +20,7 @@ from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation import static_search
 from nmt_toolkit.generation.beam_search import SequenceGenerator
+from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
 
 N_WORDS = 16
@@ -83,7 +84,7 @@ def _train():
     model.eval()
     test = _pairs(random.Random(1), 24, d, longest=10)
     src, lengths, _, _ = _collate(test, d)
-    out = SequenceGenerator([model], d, beam_size=1, static_search="off").generate(src, lengths)
+    out = SequenceGenerator([model], d, GenerationConfig(beam=1, static_search="off")).generate(src, lengths)
     right = sum(h[0]["tokens"].tolist() == t for h, (_, t) in zip(out, test))
     assert right >= 12, f"the model did not learn the task ({right}/24 reversed exactly)"
     return model, d
@@ -109,8 +110,8 @@ def _same(dynamic, static, tol=1e-5):
 
 
 def _both(models, d, src, lengths, **kw):
-    dynamic = SequenceGenerator(models, d, static_search="off", **kw).generate(src, lengths)
-    gen = SequenceGenerator(models, d, static_search="on", **kw)
+    dynamic = SequenceGenerator(models, d, GenerationConfig(static_search="off", **kw)).generate(src, lengths)
+    gen = SequenceGenerator(models, d, GenerationConfig(static_search="on", **kw))
     return dynamic, gen.generate(src, lengths), gen
 
 
@@ -119,16 +120,16 @@ LENGTHS = [2, 30, 6, 15, 3, 11, 9, 24, 4]
 
 
 @pytest.mark.parametrize("kw", [
-    dict(beam_size=1),
-    dict(beam_size=4),
-    dict(beam_size=5, nbest=5),
-    dict(beam_size=4, nbest=2, lenpen=1.0, lenpen_style="fairseq"),
-    dict(beam_size=4, nbest=4, lenpen=1.2, early_stop="beam"),  # later hypotheses of a done sentence must not enter
-    dict(beam_size=4, nbest=2, lenpen=-0.5),  # a penalty that falls with length: the bound takes the next length's
-    dict(beam_size=5, nbest=3, lenpen=0.0, early_stop="never"),
-    dict(beam_size=4, min_len=8),
-    dict(beam_size=4, max_len_a=0, max_len_b=5),  # tight: most sentences end at the limit
-    dict(beam_size=4, max_len_a=0.5, max_len_b=2, max_len_source="batch", unkpen=2.0, lenpen=2.0),
+    dict(beam=1),
+    dict(beam=4),
+    dict(beam=5, nbest=5),
+    dict(beam=4, nbest=2, lenpen=1.0, lenpen_style="fairseq"),
+    dict(beam=4, nbest=4, lenpen=1.2, early_stop="beam"),  # later hypotheses of a done sentence must not enter
+    dict(beam=4, nbest=2, lenpen=-0.5),  # a penalty that falls with length: the bound takes the next length's
+    dict(beam=5, nbest=3, lenpen=0.0, early_stop="never"),
+    dict(beam=4, min_len=8),
+    dict(beam=4, max_len_a=0, max_len_b=5),  # tight: most sentences end at the limit
+    dict(beam=4, max_len_a=0.5, max_len_b=2, max_len_source="batch", unkpen=2.0, lenpen=2.0),
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_static_search_gives_the_dynamic_hypotheses(trained, kw):
     model, d = trained
@@ -153,13 +154,13 @@ def test_models_whose_hypotheses_end_at_every_length(rule):
         with torch.no_grad():
             model.decoder.output_weight()[d.eos()].mul_(2.0)
         for nbest, alpha in ((1, 0.6), (4, 1.0), (2, -0.5), (3, 0.0)):
-            dynamic, static, _ = _both([model], d, src, lengths, beam_size=4, nbest=nbest, max_len_b=12,
+            dynamic, static, _ = _both([model], d, src, lengths, beam=4, nbest=nbest, max_len_b=12,
                                        lenpen=alpha, early_stop=rule)
             _same(dynamic, static)
 
 
-@pytest.mark.parametrize("kw", [dict(beam_size=5, nbest=5, lenpen=0.0, early_stop="never"),
-                                dict(beam_size=4, nbest=2, lenpen=1.0, lenpen_style="fairseq", min_len=3)])
+@pytest.mark.parametrize("kw", [dict(beam=5, nbest=5, lenpen=0.0, early_stop="never"),
+                                dict(beam=4, nbest=2, lenpen=1.0, lenpen_style="fairseq", min_len=3)])
 def test_in_float64_the_scores_are_equal(trained, kw):
     """With the model in float64 the rounding of the step's products stays below float32's: the two searches
     then agree to the last bit of their (float32) scores — the same search, not merely a close one."""
@@ -182,7 +183,7 @@ def test_half_precision_models_decode_with_float32_scores(trained, dtype):
     half.load_state_dict(model.state_dict())
     half = half.to(dtype).eval()
     src, lengths = _batch(d, LENGTHS, 3)
-    dynamic, static, gen = _both([half], d, src, lengths, beam_size=4)
+    dynamic, static, gen = _both([half], d, src, lengths, beam=4)
     state = next(iter(gen._static.plans.values())).states[0]
     assert state.self_attn[0].k.dtype == dtype and state.cross_attn[0].k.dtype == dtype
     assert all(h[0]["positional_scores"].dtype == torch.float32 for h in static)
@@ -196,9 +197,9 @@ def test_half_precision_models_decode_with_float32_scores(trained, dtype):
 def test_ensembles_and_batches_of_one(trained):
     model, d = trained
     src, lengths = _batch(d, [7, 12, 3], 5)
-    dynamic, static, _ = _both([model, model], d, src, lengths, beam_size=4, nbest=2)
+    dynamic, static, _ = _both([model, model], d, src, lengths, beam=4, nbest=2)
     _same(dynamic, static)
-    dynamic, static, _ = _both([model], d, src[1:2, :12], lengths[1:2], beam_size=4)
+    dynamic, static, _ = _both([model], d, src[1:2, :12], lengths[1:2], beam=4)
     _same(dynamic, static)
 
 
@@ -212,7 +213,7 @@ def test_learned_positions_to_the_end_of_their_table(trained):
     learned.load_state_dict(state, strict=False)
     learned.eval()
     src, lengths = _batch(d, [5, 18, 9], 7)
-    dynamic, static, gen = _both([learned], d, src, lengths, beam_size=3, early_stop="never", max_len_b=40)
+    dynamic, static, gen = _both([learned], d, src, lengths, beam=3, early_stop="never", max_len_b=40)
     _same(dynamic, static)
     assert max(len(h[0]["tokens"]) for h in static) == 20  # 19 tokens and the forced EOS
     assert {w for _, _, w in gen._static.shapes} == {16, 20}
@@ -222,7 +223,7 @@ def test_a_step_never_reads_a_device_value_on_the_host(trained, monkeypatch):
     """What a CUDA graph cannot record (and what would stall the GPU each step): every way a tensor's value
     reaches Python raises inside the steps after the first; the search still completes."""
     model, d = trained
-    gen = SequenceGenerator([model], d, beam_size=4, nbest=2, static_search="on")
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=4, nbest=2, static_search="on"))
     search = gen._static_for()
     real_step = search._step
     steps = []
@@ -263,7 +264,7 @@ def test_recorded_steps_are_dropped_when_the_model_tensors_move(trained):
     """A recorded step reads the weights where they were at capture: when one moves (here the positional
     table, which a batch longer than any before regrows), the plans record anew."""
     model, d = trained
-    gen = SequenceGenerator([model], d, beam_size=2, static_search="on", max_len_b=10)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=2, static_search="on", max_len_b=10))
     search = gen._static_for()
     made = []
     search.make_graphs = lambda dev: made.append(_Recorder()) or made[-1]
@@ -305,7 +306,7 @@ def test_bucketing_bounds_the_step_shapes_of_a_split():
 
 def test_recorded_shapes_are_the_predicted_ones(trained):
     model, d = trained
-    gen = SequenceGenerator([model], d, beam_size=2, static_search="on", max_len_b=20)
+    gen = SequenceGenerator([model], d, GenerationConfig(beam=2, static_search="on", max_len_b=20))
     predicted = set()
     for seed, lengths in enumerate(([3, 4, 4, 5], [9, 10, 12], [20, 21, 25, 27, 30])):
         src, lens = _batch(d, lengths, seed)
@@ -319,17 +320,18 @@ def test_recorded_shapes_are_the_predicted_ones(trained):
 def test_selection_and_what_falls_back(trained, caplog):
     model, d = trained
     src, lengths = _batch(d, [5, 7], 2)
-    auto = SequenceGenerator([model], d, beam_size=2)
+    auto = SequenceGenerator([model], d, GenerationConfig(beam=2))
     assert auto._static_for(torch.device("cpu")) is None  # auto: the dynamic search on the CPU
     assert auto._static_for(torch.device("cuda")) is not None  # and the static one on CUDA (nothing runs here)
     caplog.set_level("DEBUG", logger="nmt_toolkit.generation")
     assert auto._static_for(torch.device("cuda"), need_attn=True) is None
     assert "--print-alignment" in caplog.text
-    assert SequenceGenerator([model], d, beam_size=2, no_repeat_ngram_size=2)._static_for(torch.device("cuda")) is None
+    no_repeat = SequenceGenerator([model], d, GenerationConfig(beam=2, no_repeat_ngram_size=2))
+    assert no_repeat._static_for(torch.device("cuda")) is None
     for kw, name in ((dict(sampling=True), "--sampling"), (dict(no_repeat_ngram_size=2), "--no-repeat-ngram-size")):
         with pytest.raises(UsageError, match=name):
-            SequenceGenerator([model], d, beam_size=2, static_search="on", **kw)
-    on = SequenceGenerator([model], d, beam_size=2, static_search="on")
+            SequenceGenerator([model], d, GenerationConfig(beam=2, static_search="on", **kw))
+    on = SequenceGenerator([model], d, GenerationConfig(beam=2, static_search="on"))
     with pytest.raises(UsageError, match="--prefix-size"):
         on.generate(src, lengths, prefix_tokens=src[:, :1])
     with pytest.raises(UsageError, match="--print-alignment"):
@@ -394,8 +396,8 @@ def test_cuda_graph_replay_equals_the_eager_static_step(trained, dtype):
     gpu = gpu.to(dev, dtype).eval()
     src, lengths = _batch(d, LENGTHS, 3)
     src, lengths = src.to(dev), lengths.to(dev)
-    replayed = SequenceGenerator([gpu], d, beam_size=4, nbest=2, static_search="on")
-    eager = SequenceGenerator([gpu], d, beam_size=4, nbest=2, static_search="on")
+    replayed = SequenceGenerator([gpu], d, GenerationConfig(beam=4, nbest=2, static_search="on"))
+    eager = SequenceGenerator([gpu], d, GenerationConfig(beam=4, nbest=2, static_search="on"))
     for _ in range(3):  # warm-up, capture, replay of the same shapes
         graph_out = replayed.generate(src, lengths)
     plan = next(iter(replayed._static.plans.values()))
@@ -405,7 +407,8 @@ def test_cuda_graph_replay_equals_the_eager_static_step(trained, dtype):
     eager_out = eager.generate(src, lengths)
     _same(eager_out, graph_out, tol=1e-6)
     if dtype == torch.float32:  # and both are the dynamic search's
-        dynamic = SequenceGenerator([gpu], d, beam_size=4, nbest=2, static_search="off").generate(src, lengths)
+        dynamic = SequenceGenerator([gpu], d, GenerationConfig(beam=4, nbest=2, static_search="off"))
+        dynamic = dynamic.generate(src, lengths)
         _same(dynamic, graph_out)
 
 

@@ -89,7 +89,7 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(positions):
 def test_sentence_level_state_equals_per_row_state_through_reorders_and_shrinking():
     """The beam search's layout (encoder output and encoder-decoder keys once per sentence, its beams as one
     query block; sentences leaving the batch) against one encoder row per decoder row."""
-    from nmt_toolkit.generation.beam_search import _compacting_order
+    from nmt_toolkit.generation.strategies import compacting_order as _compacting_order
 
     model = _model(key_dim=6, value_dim=10)
     k, n = 3, 5

@@ -1,19 +1,30 @@
-"""Candidate selection by sampling (``--sampling``, top-k, nucleus) instead of beam search's top-k.
+"""Sampling (``--sampling``, top-k, nucleus) as a search strategy beside beam search (generation/strategies.py).
 
-fairseq's ``Sampling`` search (fairseq/search.py, ``Sampling.step``): the ``beam`` hypotheses of a sentence are
-``beam`` independent samples. Each step every beam draws **one** token from its own (temperature-scaled,
+It follows fairseq 0.12's ``Sampling`` search with its ``SequenceGenerator``: the ``beam`` hypotheses of a
+sentence are ``beam`` independent samples. ``Sampling.step`` (fairseq/search.py, lines 764-819) returns
+``beam`` candidates, not ``2*beam``: each step every beam draws **one** token from its own (temperature-scaled,
 optionally truncated) distribution and continues with it; at the first step, where all beams are the same
 sentence start, the ``beam`` tokens are drawn (with replacement) from that one distribution. The candidates
 are returned in beam order, one per beam, and are never re-ranked by score: beam ``b``'s candidate is beam
-``b``'s continuation (keeping the likelier of several draws, as an earlier version did, is no longer a draw
-from the distribution). Scores stay those of the un-truncated distribution (with temperature), as fairseq
-reports them. How the search finishes sampled beams is in generation/beam_search.py.
+``b``'s continuation (keeping the likelier of several draws would not be a draw from the distribution).
+Scores stay those of the un-truncated distribution (with temperature), as fairseq reports them.
+
+Finishing. fairseq's generator (fairseq/sequence_generator.py, lines 436-540) finalizes a beam whose draw is
+EOS and from then on ignores it (``cands_to_ignore``: its later EOS draws are not finalized again), and a
+sentence is done when ``beam`` hypotheses have finished (``finalize_hypos``/``is_finished``, lines 708-757),
+or at the maximum length, where EOS is forced. Here each beam continues its own draw in place; a beam that
+drew EOS continues with score -inf, which keeps it out of finalization, and the ``beam`` rule stops the
+sentence once ``beam`` have finished. (fairseq also moves the finished slots behind the live ones, which only
+changes which row takes which random draw.) The n-best are the best ``nbest`` of the ``beam`` samples by
+length-penalised score.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
+
+from nmt_toolkit.generation.search_steps import NEG_INF, split_flat_index
 
 
 def truncate(lprobs: torch.Tensor, topk: int = -1, topp: float = -1.0) -> torch.Tensor:
@@ -53,3 +64,27 @@ def sample_candidates(lprobs: torch.Tensor, prev_scores: Optional[torch.Tensor],
     scores = (lprobs.gather(1, tok) + prev_scores.unsqueeze(1)).view(bsz, beam)
     beams = torch.arange(beam, device=lprobs.device).repeat(bsz).unsqueeze(1)
     return scores, (beams * vocab + tok).view(bsz, beam)
+
+
+class SamplingStrategy:
+    """``beam`` independent samples per sentence (the module docstring); ``generator`` seeds the draws."""
+
+    early_stop = "beam"  # a sentence is done once each of its samples has ended
+
+    def __init__(self, beam: int, topk: int, topp: float, generator: Optional[torch.Generator]):
+        self.beam, self.topk, self.topp, self.generator = beam, topk, topp, generator
+
+    def candidates(self, lprobs: torch.Tensor, prev: Optional[torch.Tensor], n: int, width: int):
+        """``(scores, beams, tokens)`` [n, beam]: beam ``b``'s draw in place ``b``."""
+        scores, index = sample_candidates(lprobs, prev, n, self.beam, self.topk, self.topp, self.generator)
+        return (scores,) + split_flat_index(index, lprobs.size(-1), width, 2 * self.beam)
+
+    def continuing(self, scores: torch.Tensor, beams: torch.Tensor, eos_mask: torch.Tensor,
+                   in_parent_rows: bool = False):
+        """Every beam goes on with its own draw (index None: all candidates, in place); one that drew EOS has
+        finished and continues dead (score -inf: never finalized again), like fairseq's ``cands_to_ignore``."""
+        return scores.masked_fill(eos_mask, NEG_INF), None
+
+    def survivors(self, done: torch.Tensor) -> torch.Tensor:
+        """The sentences that stay, in their order: the random draws are taken row by row."""
+        return (~done).nonzero().squeeze(1)

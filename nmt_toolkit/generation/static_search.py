@@ -17,12 +17,14 @@ cost what the output so far costs, not the limit. The source is padded to a mult
 :data:`LENGTH_BUCKET`; its encoder–decoder keys/values are projected once per batch and copied into fixed
 buffers. A shape is thus (sentence bucket, source width, window); a test set meets a few dozen.
 
-Same search. Each step does what a step of :class:`~nmt_toolkit.generation.beam_search.SequenceGenerator`
-does, on the device: the top ``2*beam`` candidates over beam×V (the first step masks every beam but the
-first, which is the dynamic search's one row per sentence), EOS candidates among the first ``beam`` are
-merged into the sentence's best-``beam`` finished set (length penalties, ``min_len``, ``max_len``, ``unkpen``
-alike), the first ``beam`` others continue, the caches and token history follow by an in-place
-``index_select``, and the early-stop rules (``bound``, ``beam``, ``never``) decide which sentences are done.
+Same search. Each step runs the steps of generation/search_steps.py that the dynamic search
+(:class:`~nmt_toolkit.generation.beam_search.SequenceGenerator`) runs, on the device: the constraints
+(``min_len``, ``max_len``, ``unkpen``), the top ``2*beam`` candidates over beam×V (the first step masks every
+beam but the first, which is the dynamic search's one row per sentence), EOS candidates among the first
+``beam`` merged into the sentence's best-``beam`` finished set, the first ``beam`` others continue
+(:class:`~nmt_toolkit.generation.strategies.BeamStrategy`), the caches and token history follow by an
+in-place ``index_select``, and the early-stop rules (``bound``, ``beam``, ``never``) decide which sentences
+are done.
 The host reads only whether all are, every ``check_interval`` steps (each read waits for the device; steps
 run past the end are harmless). Hypotheses equal the dynamic search's (tested on the CPU: tokens identical,
 scores to float rounding — the step's products have other row counts and attention is masked).
@@ -40,10 +42,11 @@ from typing import Optional
 
 import torch
 
-from nmt_toolkit.generation.beam_search import _CHUNKED_TOPK_MIN_VOCAB
+from nmt_toolkit.generation.search_steps import (NEG_INF, collect_hypotheses, constrain_lprobs, merge_finished,
+                                                 output_limits, plain_row_topk, sentences_done)
+from nmt_toolkit.generation.strategies import BeamStrategy
 from nmt_toolkit.modules.caches import StaticCursor, StaticDecoderState
 
-NEG_INF = float("-inf")
 LENGTH_BUCKET = 16  # positions and source widths are rounded up to this (a new shape every 16 tokens)
 MAX_PLANS = 2  # plans (buffers and graphs of one shape) kept; sorted test sets visit each shape once in a row
 
@@ -85,9 +88,9 @@ def _step_graphs(dev: torch.device):
 
 def unsupported(generator, need_attn: bool = False, prefix_tokens=None) -> Optional[str]:
     """What keeps ``generator`` (a SequenceGenerator) off the static search for this call, by option name."""
-    if generator.sampling:
+    if generator.cfg.sampling:
         return "--sampling"
-    if generator.no_repeat_ngram_size > 0:
+    if generator.cfg.no_repeat_ngram_size > 0:
         return "--no-repeat-ngram-size"
     if prefix_tokens is not None:
         return "--prefix-size"
@@ -131,6 +134,7 @@ class StaticBeamSearch:
         self._local = threading.local()  # plans per thread: CPU decode workers run batches at once
         self.shapes: set = set()  # (rows, source width, window) of every step run: what graphs are recorded for
         self.make_graphs = _step_graphs  # device -> the recorder of a new plan's steps (None: eager)
+        self.strategy = BeamStrategy(generator.cfg.beam, generator.cfg.early_stop, row_topk=plain_row_topk)
 
     @property
     def plans(self) -> OrderedDict:
@@ -146,18 +150,13 @@ class StaticBeamSearch:
 
     # ------------------------------------------------------------------ one batch
     def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[list[dict]]:
-        g = self.gen
+        g, cfg = self.gen, self.gen.cfg
         bsz, src_len = src_tokens.shape
         dev = src_tokens.device
         max_positions = g.model.max_positions()
-        max_tgt = max_positions[1]
-        basis = src_lengths.double()
-        if g.max_len_source == "batch":
-            basis = basis.max().expand_as(basis)
-        max_len = (g.max_len_a * basis + g.max_len_b).long()
-        max_len = max_len.clamp(min=max(g.min_len, 1), max=max(max_tgt - 1, 1)).to(dev)
+        max_len = output_limits(src_lengths, cfg, max_positions[1], dev)
         steps = int(max_len.max())
-        n, width, capacity, _ = step_shapes(bsz, src_len, steps, max_positions, g.max_len_a, g.max_len_b)
+        n, width, capacity, _ = step_shapes(bsz, src_len, steps, max_positions, cfg.max_len_a, cfg.max_len_b)
         plan = self._plan(n, width, capacity, dev)
 
         src = src_tokens.new_full((n, width), g.pad)
@@ -181,7 +180,7 @@ class StaticBeamSearch:
             else:
                 plan.graphs.run(window, lambda: self._step(plan, projected))
         fin = {key: value[:bsz] for key, value in plan.fin.items()}
-        return g._collect(fin, src_lengths)
+        return collect_hypotheses(fin, src_lengths, cfg.nbest, g.eos)
 
     def _plan(self, n: int, width: int, capacity: int, dev: torch.device) -> _Plan:
         key = (n, width, capacity, dev)
@@ -191,7 +190,7 @@ class StaticBeamSearch:
             return plan
         while len(self.plans) >= self.max_plans:
             self.plans.popitem(last=False)
-        g, k = self.gen, self.gen.beam_size
+        g, k = self.gen, self.gen.cfg.beam
         rows = n * k
         cursor = StaticCursor(torch.zeros((), dtype=torch.long, device=dev), torch.arange(capacity, device=dev))
         lengths = torch.arange(capacity + 2, dtype=torch.float64, device=dev)
@@ -220,7 +219,7 @@ class StaticBeamSearch:
         self._local.weights = where
 
     def _reset(self, p: _Plan, max_len: torch.Tensor, bsz: int) -> None:
-        g, k = self.gen, self.gen.beam_size
+        g, k = self.gen, self.gen.cfg.beam
         p.tokens.fill_(g.pad)
         p.tokens[:, 0] = g.eos
         p.scores.zero_()
@@ -241,33 +240,17 @@ class StaticBeamSearch:
     def _step(self, p: _Plan, encoder_outs: list) -> None:
         """Decode position ``p.cursor.position`` for every row and update the search state in place; no
         host read of a device value (a CUDA graph records it)."""
-        g, k, n, rows = self.gen, self.gen.beam_size, p.sentences, p.rows
+        g, k, n, rows = self.gen, self.gen.cfg.beam, p.sentences, p.rows
         pos = p.cursor.position
         last = p.tokens.gather(1, pos.view(1, 1).expand(rows, 1))
-        lprobs, _ = g.model.log_probs(last, encoder_outs, p.states, temperature=g.temperature)
-        lprobs = self._constrain(lprobs, p.row_max, pos)
-        vocab = lprobs.size(-1)
-        if vocab >= _CHUNKED_TOPK_MIN_VOCAB:  # as the dynamic search: the best 2k of each row, then of the sentence
-            row_scores, row_tokens = lprobs.topk(2 * k, dim=1)
-            row_scores = row_scores + p.cum.unsqueeze(1)
-            cand_scores, j = row_scores.view(n, k * 2 * k).topk(2 * k, dim=1)
-            cand_beams = torch.div(j, 2 * k, rounding_mode="floor")
-            cand_tokens = row_tokens.view(n, k * 2 * k).gather(1, j)
-        else:
-            flat = (lprobs.view(n, k, vocab) + p.cum.view(n, k, 1)).view(n, k * vocab)
-            if flat.size(1) < 2 * k:
-                flat = torch.nn.functional.pad(flat, (0, 2 * k - flat.size(1)), value=NEG_INF)
-            cand_scores, cand_idx = flat.topk(2 * k, dim=1)
-            cand_beams = torch.div(cand_idx, vocab, rounding_mode="floor").clamp(max=k - 1)
-            cand_tokens = cand_idx - torch.div(cand_idx, vocab, rounding_mode="floor") * vocab
+        lprobs, _ = g.model.log_probs(last, encoder_outs, p.states, temperature=g.cfg.temperature)
+        lprobs = constrain_lprobs(lprobs, pos, p.row_max, g.cfg, g.pad, g.unk, g.eos)
+        cand_scores, cand_beams, cand_tokens = self.strategy.candidates(lprobs, p.cum, n, k)
         cand_rows = cand_beams + p.offsets
         eos_mask = (cand_tokens == g.eos) & (cand_scores > NEG_INF)
         self._finalize(p, eos_mask[:, :k] & ~p.done.unsqueeze(1), cand_rows[:, :k], cand_scores[:, :k])
 
-        ncand = cand_scores.size(1)
-        order_key = eos_mask.long() * ncand + torch.arange(ncand, device=pos.device)
-        active = order_key.topk(k, dim=1, largest=False).values.clamp(max=ncand - 1)
-        act_scores = cand_scores.gather(1, active)
+        act_scores, active = self.strategy.continuing(cand_scores, cand_beams, eos_mask)
         act_rows = cand_rows.gather(1, active).view(-1)
         act_tokens = cand_tokens.gather(1, active).view(-1)
         p.done |= self._done(p, act_scores, pos)
@@ -282,20 +265,9 @@ class StaticBeamSearch:
             state.reorder(act_rows)
         pos.add_(1)
 
-    def _constrain(self, lprobs: torch.Tensor, row_max: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """The dynamic search's pad ban, <unk> penalty, min_len and max_len, with the step on the device."""
-        g = self.gen
-        lprobs[:, g.pad] = NEG_INF
-        if g.unkpen:
-            lprobs[:, g.unk] -= g.unkpen
-        eos_lp = lprobs[:, g.eos].masked_fill(pos < g.min_len, NEG_INF)
-        lprobs.masked_fill_((row_max <= pos).unsqueeze(1), NEG_INF)  # only EOS is left at the maximum length
-        lprobs[:, g.eos] = eos_lp
-        return lprobs
-
     def _finalize(self, p: _Plan, fin_mask, rows, cand_scores) -> None:
-        """Merge this step's EOS hypotheses into each sentence's best-``beam`` finished set (``_finalize`` of the
-        dynamic search, for every sentence at once; sentences without one keep theirs untouched)."""
+        """Merge this step's EOS hypotheses into each sentence's best-``beam`` finished set
+        (search_steps.merge_finished for every sentence at once; those without one keep theirs untouched)."""
         g, fin = self.gen, p.fin
         n, k = fin_mask.shape
         pos = p.cursor.position
@@ -308,34 +280,19 @@ class StaticBeamSearch:
         hist = p.scores.index_select(0, flat).view(n, k, -1)
         at = p.cursor.positions.view(1, 1, -1)
         new_cum = torch.where(at < pos, hist, torch.where(at == pos, cand_scores.unsqueeze(2), torch.zeros_like(hist)))
-        best, pick = torch.cat([fin["scores"], new_scores], dim=1).topk(k, dim=1)
+        new = {"scores": new_scores, "tokens": new_tokens, "cum": new_cum, "length": length.expand(n, k)}
         update = fin_mask.any(dim=1)
-
-        def merge(name, new):
+        for name, value in merge_finished(fin, new).items():
             old = fin[name]
-            both = torch.cat([old, new], dim=1)
-            idx = pick.view(pick.shape + (1,) * (both.dim() - 2)).expand((-1, -1) + both.shape[2:])
-            old.copy_(torch.where(update.view((n,) + (1,) * (old.dim() - 1)), both.gather(1, idx), old))
-
-        merge("tokens", new_tokens)
-        merge("cum", new_cum)
-        merge("length", length.expand(n, k))
-        fin["scores"].copy_(torch.where(update.unsqueeze(1), best, fin["scores"]))
+            old.copy_(torch.where(update.view((n,) + (1,) * (old.dim() - 1)), value, old))
 
     def _done(self, p: _Plan, act_scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Which sentences can stop after this step (``_done`` of the dynamic search)."""
-        g = self.gen
-        best_active = act_scores.max(dim=1).values
-        ended = (p.sent_max <= pos) | (best_active == NEG_INF)
-        if g.early_stop == "never":
-            return ended
-        fin_scores = p.fin["scores"]
-        if g.early_stop == "beam":
-            return ended | (fin_scores[:, -1] > NEG_INF)
-        settled = fin_scores[:, g.nbest - 1]
-        if g.lenpen == 0:
-            bound = best_active
-        else:  # the largest penalty still reachable: at the sentence's limit, or (alpha < 0) the next length
-            bound_lp = torch.maximum(p.lp.gather(0, p.sent_max + 1), p.lp.gather(0, (pos + 2).view(1)))
-            bound = best_active.double() / bound_lp
-        return ended | ((settled > NEG_INF) & (settled.double() >= bound))
+        """Which sentences can stop after this step (search_steps.sentences_done); the length penalties come
+        from the plan's table, indexed on the device."""
+        cfg = self.gen.cfg
+
+        def bound_lp(sent_max: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            return torch.maximum(p.lp.gather(0, sent_max + 1), p.lp.gather(0, (pos + 2).view(1)))
+
+        return sentences_done(self.strategy.early_stop, cfg.nbest, act_scores, p.fin["scores"], p.sent_max, pos,
+                              None if cfg.lenpen == 0 else bound_lp)

@@ -284,7 +284,7 @@ def _load_models(task, gen: GenerationConfig, engine: Engine) -> list:
 def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
     from nmt_toolkit.generation.beam_search import SequenceGenerator
 
-    generator = SequenceGenerator.from_config(models, task.tgt_dict, gen, seed=engine.seed)
+    generator = SequenceGenerator(models, task.tgt_dict, gen, seed=engine.seed)
     gen.check_model_limit(generator.model.max_positions()[1])
     return generator
 

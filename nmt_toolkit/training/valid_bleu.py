@@ -79,7 +79,7 @@ class BleuValidator:
         self.tgt_dict = task.target_dictionary
         codec = task.subword()
         self.detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
-        self.generator = SequenceGenerator.from_config([model], self.tgt_dict, self.gen, seed=seed)
+        self.generator = SequenceGenerator([model], self.tgt_dict, self.gen, seed=seed)
         self.gen.check_model_limit(self.generator.model.max_positions()[1])
         self.device = device
         self.hyps: list[str] = []
