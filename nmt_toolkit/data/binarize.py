@@ -61,7 +61,7 @@ class PreprocessConfig:
     nwordssrc: int = option(-1, "keep at most this many source symbols (-1: all)", low=1, also=(-1,))
     nwordstgt: int = option(-1, "keep at most this many target symbols (-1: all)", low=1, also=(-1,))
     padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)", low=1)
-    workers: int = option(1, "parallel processes for counting and binarizing (output is identical for any N)", low=1)
+    workers: int = option(1, "parallel processes for counting and binarizing, at most one per CPU (output is identical for any N)", low=1)
     bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
                                 choices=list(subword.KINDS))
     bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)", low=1)
