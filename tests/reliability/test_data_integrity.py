@@ -11,7 +11,6 @@ import os
 import shutil
 import struct
 
-import numpy as np
 import pytest
 
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset
