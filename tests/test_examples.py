@@ -255,10 +255,12 @@ def test_quickstart_with_a_score_far_below_the_task_s_says_so(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("NMT_TOOLKIT_FULL_EXAMPLES") != "1",
-                    reason="the full quickstart takes ~6 minutes; set NMT_TOOLKIT_FULL_EXAMPLES=1")
+                    reason="the full quickstart takes ~4 minutes; set NMT_TOOLKIT_FULL_EXAMPLES=1")
 def test_quickstart_full_run_reaches_high_bleu(tmp_path):
-    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", timeout=900)
+    # run.sh gives the training at most 20 minutes (--max-minutes); a machine too slow for that fails here
+    proc = _bash(EXAMPLES / "quickstart" / "run.sh", "--workdir", tmp_path / "qs", timeout=1800)
     assert _bleu(proc.stdout) >= 90.0
+    assert "1000 updates in" in proc.stdout  # the whole budget trained, whatever the machine's speed
 
 
 @pytest.mark.slow
