@@ -98,9 +98,16 @@ class ReplacingFile:
         os.replace(self._tmp, self._path)
         self._discard.detach()
 
+    def discard(self) -> None:
+        """Remove the temporary file now (after a failed write); ``path`` keeps what it held."""
+        self._discard()
+
 
 def _discard_file(handle, path: str) -> None:
-    handle.close()
+    try:
+        handle.close()  # flushing what is buffered fails again on a full disk; the file is closed all the same
+    except OSError:
+        pass
     try:
         os.unlink(path)
     except OSError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
-from nmt_toolkit.errors import UsageError
+from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
 
 logger = logging.getLogger("nmt_toolkit.generate")
@@ -98,18 +98,28 @@ def _ctranslate2_setup(configs: dict, task, device):
     return generator
 
 
-def encode_lines(lines, task, codec, max_src: int, what: str = "input"):
-    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, truncated to the model with a warning)."""
-    import numpy as np
+def source_limit(task, max_src: int, budget: bool) -> tuple[int, str]:
+    """The longest source line (tokens, its EOS included) that can be translated, and what sets it: the
+    model's positions, --max-source-positions, and for nmt-generate's batches (``budget``) --max-tokens."""
+    limits = [(max_src, "the model's source positions"), (task.cfg.max_source_positions, "--max-source-positions")]
+    if budget and task.cfg.max_tokens:
+        limits.append((task.cfg.max_tokens, "--max-tokens"))
+    return min(limits, key=lambda limit: limit[0])
 
+
+def encode_lines(lines, task, codec, limit: tuple[int, str], what: str = "input", first_line: int = 1):
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>). A line longer than ``limit`` (see
+    :func:`source_limit`) is an error naming it: translating a cut line, or dropping it, would print a
+    wrong or missing translation with exit status 0."""
+    size, reason = limit
     pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
     out = []
     for i, p in enumerate(pieces):
         ids = task.src_dict.encode_tokens(p)
-        if len(ids) > max_src:
-            logger.warning("%s line %d: %d tokens exceed the model's %d source positions; truncated", what, i + 1,
-                           len(ids), max_src)
-            ids = np.concatenate([ids[: max_src - 1], ids[-1:]])
+        if len(ids) > size:
+            hint = "" if reason.startswith("the model") else f" or raise {reason}"
+            raise DataError(f"{what} line {first_line + i}: {len(ids)} tokens (with its EOS), more than the {size} "
+                            f"of {reason}; split the line{hint}")
         out.append(ids)
     return out
 
@@ -211,15 +221,8 @@ def translate_batch(generator, sample, gen: GenerationConfig, device, need_attn:
     return generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
 
 
-def generate(configs: dict) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from nmt_toolkit.generation.output import OrderedPrinter, hypothesis_lines
-    from nmt_toolkit.generation.parallel import decode_batches
-
-    gen: GenerationConfig = configs["generation"]
-    io: GenerateIOConfig = configs["io"]
+def _check_before_setup(io: GenerateIOConfig) -> None:
+    """What can be refused before any model is loaded: the shards, matplotlib, the results folder."""
     _shard_from_torchrun(io)
     if io.attention_plot:
         try:
@@ -230,81 +233,158 @@ def generate(configs: dict) -> int:
         from nmt_toolkit.cli.common import check_output_folder
 
         check_output_folder(io.results_path, "--results-path")
-    task, generator, detok, device = setup(configs)
-    if io.attention_plot:  # a wrong layer or head is reported before decoding, not after
-        from nmt_toolkit.generation.attention_maps import attention_module
 
-        heads = attention_module(generator.model.models[0], io.attention_plot_kind, io.attention_plot_layer).num_heads
-        if io.attention_plot_head >= heads:
-            raise UsageError(f"--attention-plot-head {io.attention_plot_head}: the model has {heads} heads "
-                             f"(0..{heads - 1}, or -1 for their mean)")
-    max_src = generator.model.max_positions()[0]
+
+def _check_attention_plot(io: GenerateIOConfig, generator) -> None:
+    """A wrong layer or head is reported before decoding, not after."""
+    from nmt_toolkit.generation.attention_maps import attention_module
+
+    heads = attention_module(generator.model.models[0], io.attention_plot_kind, io.attention_plot_layer).num_heads
+    if io.attention_plot_head >= heads:
+        raise UsageError(f"--attention-plot-head {io.attention_plot_head}: the model has {heads} heads "
+                         f"(0..{heads - 1}, or -1 for their mean)")
+
+
+def _dataset(io: GenerateIOConfig, task, generator):
+    """The sentences to translate (a binarized split, or --input lines checked against the limits), the raw
+    input lines (or None), the subset's name, and the batch iterator."""
+    limit = source_limit(task, generator.model.max_positions()[0], budget=True)
     raw_sources = None
     if io.input:
         from nmt_toolkit.data.lines import read_lines
 
         raw_sources = read_lines(io.input, f"--input {io.input}")
-        dataset = task.build_dataset_for_inference(encode_lines(raw_sources, task, task.subword(), max_src, io.input))
+        ids = encode_lines(raw_sources, task, task.subword(), limit, f"--input {io.input}")
+        dataset = task.build_dataset_for_inference(ids)
         subset = os.path.basename(io.input) if io.input != "-" else "stdin"
     else:
         dataset = task.load_dataset(io.gen_subset)
         subset = io.gen_subset
-    itr = task.get_batch_iterator(dataset, required_batch_size_multiple=1,
-                                  max_positions=(min(task_max(task, 0), max_src), None), shuffle=False,
-                                  num_shards=io.num_shards, shard_id=io.shard_id).next_epoch_itr(shuffle=False)
-    if io.num_shards > 1:
-        itr = _WithoutFillers(itr)
-    out_handle = sys.stdout
-    if io.results_path:
-        os.makedirs(io.results_path, exist_ok=True)
-        from nmt_toolkit.cli.common import ReplacingFile
+    itr = task.get_batch_iterator(dataset, required_batch_size_multiple=1, max_positions=(limit[0], None),
+                                  shuffle=False, num_shards=io.num_shards,
+                                  shard_id=io.shard_id).next_epoch_itr(shuffle=False)
+    return dataset, raw_sources, subset, (_WithoutFillers(itr) if io.num_shards > 1 else itr)
 
-        name = f"generate-{subset}.txt" if io.num_shards == 1 else \
-            f"generate-{subset}.shard{io.shard_id}-of-{io.num_shards}.txt"
-        out_handle = ReplacingFile(os.path.join(io.results_path, name))  # old file kept on error
-    printer = OrderedPrinter(None if io.quiet else out_handle)
-    need_attn = io.print_alignment
+
+def _output(io: GenerateIOConfig, subset: str) -> "_Output":
+    if not io.results_path:
+        return _Output(sys.stdout, "stdout")
+    from nmt_toolkit.cli.common import ReplacingFile
+
+    name = f"generate-{subset}.txt" if io.num_shards == 1 else \
+        f"generate-{subset}.shard{io.shard_id}-of-{io.num_shards}.txt"
+    path = os.path.join(io.results_path, name)
+    return _Output(ReplacingFile(path), f"--results-path {path}")  # an earlier file is kept on error
+
+
+class _Output:
+    """Where the lines go. A failed write (a full disk) is one error naming the place, and a results file
+    is discarded then, never left half-written beside the earlier one."""
+
+    def __init__(self, handle, name: str):
+        self.handle, self.name = handle, name
+
+    def _do(self, method: str, *args):
+        try:
+            return getattr(self.handle, method)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.discard()
+            raise DataError(f"{self.name}: writing failed: {exc.strerror or exc}") from None
+
+    def discard(self) -> None:
+        if hasattr(self.handle, "discard"):
+            self.handle.discard()
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        self._do("flush")
+
+    def close(self) -> None:
+        self._do("flush" if self.handle is sys.stdout else "close")
+
+
+def _sentence_lines(sid: int, i: int, sample, hyps, raw_sources, task, detok, h_bpe, io) -> tuple[list[str], str]:
+    """The S-/T-/H-/D-/P-(/A-) lines of one sentence, and its detokenized reference ('' without one)."""
+    from nmt_toolkit.generation.output import hypothesis_lines, printable
+
+    target = sample.get("target")
+    if raw_sources is not None:
+        src_text = raw_sources[sid]
+    else:
+        src_text = detok(task.src_dict.string(sample["net_input"]["src_tokens"][i]))
+    lines = [f"S-{sid}\t{printable(src_text)}"]
+    ref = ""
+    if target is not None:
+        ref = detok(task.tgt_dict.string(target[i]))
+        lines.append(f"T-{sid}\t{printable(ref)}")
+    lines += hypothesis_lines(sid, hyps, task.tgt_dict, detok, h_bpe, io.print_alignment)
+    return lines, ref
+
+
+def generate(configs: dict) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from nmt_toolkit.generation.output import OrderedPrinter
+    from nmt_toolkit.generation.parallel import decode_batches
+
+    gen: GenerationConfig = configs["generation"]
+    io: GenerateIOConfig = configs["io"]
+    _check_before_setup(io)
+    task, generator, detok, device = setup(configs)
+    if io.attention_plot:
+        _check_attention_plot(io, generator)
+    dataset, raw_sources, subset, itr = _dataset(io, task, generator)
+    out = _output(io, subset)
+    printer = OrderedPrinter(None if io.quiet else out)
     h_bpe = _h_bpe_symbol(io, task)
-    hyps_by_id, refs_by_id = {}, {}
-    plots = []
+    hyps_by_id, refs_by_id, plots = {}, {}, []
     n_sent = n_tok = 0
     start = time.perf_counter()
     workers = _decode_workers(io, gen, device, len(itr))
     if workers > 1:
         logger.info("decoding %d batches at once, %d thread(s) each (--decode-workers)", workers,
                     max(1, torch.get_num_threads() // workers))
-    batches = decode_batches(itr, lambda sample: translate_batch(generator, sample, gen, device, need_attn), workers)
+    batches = decode_batches(itr, lambda sample: translate_batch(generator, sample, gen, device, io.print_alignment),
+                             workers)
     progress = tqdm(batches, total=len(itr), desc=f"generate {subset}", file=sys.stderr, disable=None, leave=False)
     with torch.inference_mode():
         for sample, results in progress:
-            src_tokens, target = sample["net_input"]["src_tokens"], sample.get("target")
+            src_tokens = sample["net_input"]["src_tokens"]
             for i, sid in enumerate(sample["id"].tolist()):
-                hyps = results[i]
-                if raw_sources is not None:
-                    src_text = raw_sources[sid]
-                else:
-                    src_text = detok(task.src_dict.string(src_tokens[i]))
-                lines = [f"S-{sid}\t{src_text}"]
-                if target is not None:
-                    ref = detok(task.tgt_dict.string(target[i]))
+                lines, ref = _sentence_lines(sid, i, sample, results[i], raw_sources, task, detok, h_bpe, io)
+                if sample.get("target") is not None:
                     refs_by_id[sid] = ref
-                    lines.append(f"T-{sid}\t{ref}")
-                lines += hypothesis_lines(sid, hyps, task.tgt_dict, detok, h_bpe, io.print_alignment)
-                hyps_by_id[sid] = detok(task.tgt_dict.string(hyps[0]["tokens"]))
+                hyps_by_id[sid] = detok(task.tgt_dict.string(results[i][0]["tokens"]))
                 printer.add(sid, lines)
                 n_sent += 1
-                n_tok += len(hyps[0]["tokens"])
+                n_tok += len(results[i][0]["tokens"])
                 if io.attention_plot and len(plots) < io.attention_plot_max:
-                    plots.append((sid, src_tokens[i][src_tokens[i] != task.src_dict.pad()], hyps[0]["tokens"]))
+                    plots.append((sid, src_tokens[i][src_tokens[i] != task.src_dict.pad()], results[i][0]["tokens"]))
     printer.close()
     elapsed = time.perf_counter() - start
     logger.info("translated %d sentences (%d tokens) in %.1fs (%.2f sentences/s, %.2f tokens/s)", n_sent, n_tok,
                 elapsed, n_sent / max(elapsed, 1e-9), n_tok / max(elapsed, 1e-9))
+    if n_sent == 0 and len(dataset) and io.num_shards == 1:  # a shard of a short split may be empty
+        out.discard()
+        raise DataError(f"{subset}: none of its {len(dataset)} sentences was translated: each is longer than "
+                        f"--max-source-positions, --max-target-positions or --max-tokens allow (see the warning)")
     if plots:
         from nmt_toolkit.generation.output import plot_attention
 
         plot_attention(generator.model.models[0], plots, task.src_dict, task.tgt_dict, io.attention_plot,
                        io.attention_plot_kind, io.attention_plot_layer, io.attention_plot_head)
+    _report_bleu(io, gen, subset, hyps_by_id, refs_by_id, out)
+    out.close()
+    return 0
+
+
+def _report_bleu(io: GenerateIOConfig, gen: GenerationConfig, subset: str, hyps_by_id: dict, refs_by_id: dict,
+                 out) -> None:
     if refs_by_id and io.num_shards > 1:  # a shard's BLEU is not the test set's: score the merged output
         logger.info("shard %d of %d: no BLEU printed; merge the shards (grep ^D- | sort -V) and run nmt-score",
                     io.shard_id, io.num_shards)
@@ -313,11 +393,7 @@ def generate(configs: dict) -> int:
 
         ids = sorted(refs_by_id)
         res, sig = corpus_scores([hyps_by_id[i] for i in ids], [[refs_by_id[i] for i in ids]], ["bleu"])[0]
-        line = f"Generate {subset} with beam={gen.beam}: {res.format(2, False, sig)}"
-        print(line, file=out_handle)
-    if out_handle is not sys.stdout:
-        out_handle.close()
-    return 0
+        out.write(f"Generate {subset} with beam={gen.beam}: {res.format(2, False, sig)}\n")
 
 
 class _WithoutFillers:

@@ -7,8 +7,10 @@
 Each line is encoded with the data-bin's subword model (unknown pieces become <unk>), translated in batches
 of --buffer-size lines, and printed as fairseq-interactive does: S-, H-, D-, P- lines per sentence, ids
 counting input lines from 0. ``--plain`` prints only the detokenized translation, one line per input line
-(for pipes). An empty line gives an empty translation; a line longer than the model's source positions is
-truncated with a warning.
+(for pipes). An empty line gives an empty translation. A line longer than the model's source positions
+(or --max-source-positions) ends the run with an error naming it, after the lines before it were printed:
+a cut line would print a wrong translation. Control characters other than tab are printed escaped
+(``\\x1b``), so an input cannot drive the terminal or split an output line.
 """
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ class InteractiveIOConfig(DecodeDeviceConfig):
 def interactive(configs: dict) -> int:
     import torch
 
-    from nmt_toolkit.cli.generate import _h_bpe_symbol, encode_lines, setup
-    from nmt_toolkit.generation.output import hypothesis_lines
+    from nmt_toolkit.cli.generate import _h_bpe_symbol, encode_lines, setup, source_limit
+    from nmt_toolkit.generation.output import hypothesis_lines, printable
 
     gen: GenerationConfig = configs["generation"]
     io: InteractiveIOConfig = configs["io"]
@@ -50,8 +52,8 @@ def interactive(configs: dict) -> int:
     io.attention_plot = None
     task, generator, detok, device = setup(configs)
     codec = task.subword()
-    max_src = generator.model.max_positions()[0]
-    max_src = min(max_src, task.max_positions()[0])
+    limit = source_limit(task, generator.model.max_positions()[0], budget=False)  # batches: --buffer-size lines
+    what = "stdin" if io.input == "-" else f"--input {io.input}"
     h_bpe = _h_bpe_symbol(io, task)
     pad = task.src_dict.pad()
     next_id = 0
@@ -63,7 +65,7 @@ def interactive(configs: dict) -> int:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))
         if not chunk:
             break
-        ids = encode_lines(chunk, task, codec, max_src, what="input")
+        ids = encode_lines(chunk, task, codec, limit, what, first_line=next_id + 1)
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]
         results: dict[int, list] = {}
         if nonempty:
@@ -80,9 +82,9 @@ def interactive(configs: dict) -> int:
                 lines.append("" if io.plain else f"S-{sid}\t\nH-{sid}\t0.0\t\nD-{sid}\t0.0\t\nP-{sid}\t")
                 continue
             if io.plain:
-                lines.append(detok(task.tgt_dict.string(results[i][0]["tokens"])))
+                lines.append(printable(detok(task.tgt_dict.string(results[i][0]["tokens"]))))
             else:
-                lines.append(f"S-{sid}\t{raw}")
+                lines.append(f"S-{sid}\t{printable(raw)}")
                 lines.extend(hypothesis_lines(sid, results[i], task.tgt_dict, detok, h_bpe, io.print_alignment))
         out.write("\n".join(lines) + "\n")
         out.flush()

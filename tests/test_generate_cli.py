@@ -288,7 +288,7 @@ def test_decode_workers_print_the_same_lines(setup_dir, capsys):
         assert len({f[2] for f in _fields(many, "H")}) >= 20  # outputs that tell the batches apart
         assert torch.get_num_threads() == threads  # restored
     rc, _, err = _run(capsys, argv + ["--decode-workers", "0"])
-    assert rc != 0 and "--decode-workers must be >= 1" in err
+    assert rc != 0 and "--decode-workers 0: must be an integer ≥ 1" in err
 
 
 def test_default_decode_workers_one_per_thread_on_the_cpu_only(monkeypatch):

@@ -45,7 +45,7 @@ def test_shard_results_files_are_named_per_shard(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--num-shards", "0"], "--num-shards must be at least 1, got 0"),
+    (["--num-shards", "0"], "--num-shards 0: must be an integer ≥ 1"),
     (["--num-shards", "2", "--shard-id", "2"], "--shard-id 2 is out of range for --num-shards 2 (0 .. 1)"),
 ])
 def test_bad_shards_are_one_line_errors(flags, message, capsys):

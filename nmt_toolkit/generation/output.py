@@ -9,11 +9,16 @@
 
 Scores are base 2 (natural-log scores divided by ln 2), as fairseq prints them; the H-/D- score is the
 length-penalised score used for ranking, P- the per-token log-probabilities.
+
+Text in S-/T-/H-/D- lines (and nmt-interactive's --plain lines) goes through :func:`printable`: control
+characters other than tab are written as ``\\x1b``-style escapes, so an input cannot drive the terminal
+(ANSI escape sequences) or split one output line into two (vertical tab, form feed, U+2028…).
 """
 from __future__ import annotations
 
 import heapq
 import math
+import re
 from typing import IO, Optional
 
 from nmt_toolkit.data.dictionary import remove_bpe
@@ -34,6 +39,20 @@ class Detokenizer:
         return remove_bpe(pieces, self.bpe_symbol) if self.bpe_symbol else pieces
 
 
+# C0 controls but tab, DEL, C1 controls, and the separators str.splitlines breaks lines at
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters other than tab escaped (ESC → ``\\x1b``), one line whatever it holds."""
+    return _CONTROL.sub(_escape, text)
+
+
 def format_score(x: float) -> str:
     """A base-2 score as fairseq prints it (Python's shortest repr of the float)."""
     return repr(float(x) / LN2) if math.isfinite(x) else str(float(x))
@@ -47,8 +66,8 @@ def hypothesis_lines(sample_id: int, hyps: list[dict], tgt_dict, detok: Detokeni
         pieces = tgt_dict.string(hyp["tokens"])
         h_text = remove_bpe(pieces, h_bpe_symbol) if h_bpe_symbol else pieces
         score = format_score(hyp["score"])
-        lines.append(f"H-{sample_id}\t{score}\t{h_text}")
-        lines.append(f"D-{sample_id}\t{score}\t{detok(pieces)}")
+        lines.append(f"H-{sample_id}\t{score}\t{printable(h_text)}")
+        lines.append(f"D-{sample_id}\t{score}\t{printable(detok(pieces))}")
         pos = " ".join(f"{float(p) / LN2:.4f}" for p in hyp["positional_scores"].tolist())
         lines.append(f"P-{sample_id}\t{pos}")
         if print_alignment:
