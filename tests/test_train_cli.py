@@ -125,12 +125,12 @@ def test_nll_loss_as_best_metric_is_the_logged_nll_loss(tiny_bin, tmp_path, caps
     # the issue's run: validation skips its long pairs too, so nothing else stops it (was: valid loss 0.000, exit 0)
     (["--max-tokens", "3", "--skip-invalid-size-inputs-valid-test"], 1,
      "train: no training batches: every pair was skipped as longer than --max-tokens 3"),
-    (["--max-tokens", "0"], 2, "--max-tokens must be a positive number of tokens, got 0"),
-    (["--max-tokens", "-5"], 2, "--max-tokens must be a positive number of tokens, got -5"),
-    (["--batch-size", "0"], 2, "--batch-size must be at least 1, got 0"),
-    (["--distributed-world-size", "0"], 2, "--distributed-world-size must be at least 1, got 0"),
+    (["--max-tokens", "0"], 2, "--max-tokens 0: must be an integer ≥ 1"),
+    (["--max-tokens", "-5"], 2, "--max-tokens -5: must be an integer ≥ 1"),
+    (["--batch-size", "0"], 2, "--batch-size 0: must be an integer ≥ 1"),
+    (["--distributed-world-size", "0"], 2, "--distributed-world-size 0: must be an integer ≥ 1"),
     (["--patience", "3", "--disable-validation"], 2, "--patience 3 needs validation, but --disable-validation is set"),
-    (["--save-interval", "0"], 2, "--save-interval must be at least 1, got 0"),
+    (["--save-interval", "0"], 2, "--save-interval 0: must be an integer ≥ 1"),
 ])
 def test_training_that_would_do_nothing_is_an_error(tiny_bin, tmp_path, capsys, flags, code, message):
     """Issue 19.7/19.8: these trained nothing and exited 0, or ended in a traceback."""
