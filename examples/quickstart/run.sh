@@ -159,7 +159,7 @@ if [[ $MAX_UPDATE -gt 0 && -z "${QS_EXTRA:-}" ]]; then
 fi
 # The result depends on the number of updates, not on the machine's speed: training ends at --max-update
 # (or QS_MAX_EPOCH epochs), and --max-minutes only bounds how long a slow machine is given to get there.
-# A checkpoint every 50 updates, the last 3 kept, so the final update always has one; they are averaged below.
+# A checkpoint every 50 updates, the last 3 kept: averaged below with checkpoint_last.pt, the final update.
 HOURS=$(python3 -c "print(round($MAX_MINUTES / 60, 5))")
 # shellcheck disable=SC2086
 nmt-train "$BIN" --arch transformer_tiny --share-all-embeddings \
@@ -174,7 +174,7 @@ nmt-train "$BIN" --arch transformer_tiny --share-all-embeddings \
 grep -E '^(valid|train) \|' "$OUT/train.log" | tail -n 3 >&2 || true
 
 # How the training ended: "done training: <reason>; <N> updates in <T>s", and the update budget as nmt-train
-# saw it ("update 1/1200" in its progress lines; QS_EXTRA may have changed it).
+# saw it ("update 1/1000" in its progress lines; QS_EXTRA may have changed it).
 DONE_LINE=$(grep -E '^done training: ' "$OUT/train.log" | tail -n 1 || true)
 [[ -n "$DONE_LINE" ]] || die "nmt-train ended without saying how (the whole log: $OUT/train.log)"
 UPDATES=$(sed -E 's/.*; ([0-9]+) updates in .*/\1/' <<< "$DONE_LINE")
@@ -208,6 +208,7 @@ mapfile -t EARLIER < <(find "$CKPT" -maxdepth 1 -name 'checkpoint_[0-9]*_[0-9]*.
   | sed -E 's/^checkpoint_[0-9]+_([0-9]+)\.pt$/\1 &/' | sort -n \
   | awk -v last="$UPDATES" '$1 < last { print $2 }' | tail -n 2)
 if [[ ${#EARLIER[@]} -gt 0 ]]; then
+  rm -f "$CKPT/averaged.pt"  # left by an earlier run with --keep: averaging does not overwrite files
   INPUTS=()
   for name in "${EARLIER[@]}"; do INPUTS+=("$CKPT/$name"); done
   nmt-average-checkpoints --inputs "${INPUTS[@]}" "$CKPT/checkpoint_last.pt" --output "$CKPT/averaged.pt" >&2
