@@ -16,11 +16,15 @@ See docs/deployment.md.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
+from nmt_toolkit.errors import DataError
 from nmt_toolkit.export.ctranslate2 import QUANTIZATIONS
 
 
@@ -51,6 +55,8 @@ def export(configs: dict) -> int:
         raise UsageError("--path is required (the checkpoint to export)")
     if not cfg.output_dir:
         raise UsageError("--output-dir is required")
+    if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):  # --overwrite replaces folders only
+        raise DataError(f"--output-dir {cfg.output_dir}: exists and is not a folder")
     task_cfg = configs["task"]
     if not task_cfg.data:  # the data-bin the checkpoint was trained on
         recorded = (load_checkpoint(cfg.path).get("config") or {}).get("task") or {}
@@ -65,15 +71,31 @@ def export(configs: dict) -> int:
 
         if cfg.quantization != "none":
             raise UsageError("--quantization applies to --format ctranslate2 only; fairseq checkpoints are float32")
-        record = export_fairseq(cfg.path, task, cfg.output_dir, cfg.overwrite)
+        with _writing(cfg.output_dir):
+            record = export_fairseq(cfg.path, task, cfg.output_dir, cfg.overwrite)
         logging.getLogger("nmt_toolkit.export").info("wrote %s (fairseq checkpoint, %s positions)",
                                                       record["fairseq_checkpoint"], record["positions"])
         return 0
-    record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
+    with _writing(cfg.output_dir):
+        record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
     logging.getLogger("nmt_toolkit.export").info(
         "wrote %s (CTranslate2 %s, quantization %s, %d positions)", cfg.output_dir, record["ctranslate2_version"],
         cfg.quantization, record["max_positions"])
     return 0
+
+
+@contextlib.contextmanager
+def _writing(output_dir: str):
+    """A failed write (a full disk) is one line naming --output-dir, and a folder this run created is removed."""
+    existed = os.path.exists(output_dir)
+    try:
+        yield
+    except BaseException as exc:
+        if not existed:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise DataError(f"--output-dir {output_dir}: writing failed: {exc.strerror or exc}") from None
+        raise
 
 
 def groups():

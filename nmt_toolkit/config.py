@@ -370,6 +370,10 @@ def load_yaml(path: str) -> Any:
             return yaml.safe_load(handle)
     except FileNotFoundError:
         raise UsageError(f"--config {path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--config {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
