@@ -189,6 +189,9 @@ class TranslationTask:
                                  self.tgt_dict.eos())
         if len(src) != len(tgt):
             raise DataError(f"{src.prefix} and {tgt.prefix}: {len(src)} vs {len(tgt)} sentences")
+        if not len(src):  # an empty valid split would validate as loss 0, an empty test split print nothing
+            raise DataError(f"{src.prefix}.idx: the split {split!r} holds no sentences; binarize it again from "
+                            f"files with lines, or leave it out")
         dataset = LanguagePairDataset(src, src.sizes, self.src_dict, tgt, tgt.sizes, self.tgt_dict)
         dataset.split, dataset.epoch = split, epoch
         self.datasets[split] = dataset

@@ -287,3 +287,17 @@ def test_an_empty_validation_or_test_file_is_refused(tmp_path, raw, split):
     (raw / "empty.yy").write_text("")
     refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", f"--{split}pref", raw / "empty"),
                       str(raw / "empty.xx"), f"--{split}pref")
+
+
+def test_an_empty_split_is_refused_when_opened(trained, tmp_path):
+    """A valid split of 0 sentences (binarized before nmt-preprocess refused empty files) validated as loss 0."""
+    data, _ = trained
+    copy, prefix = damaged_copy(data, tmp_path, "valid", "xx", lambda s, o, b: ([], [], b""))
+    write_shard(str(copy / "valid.xx-yy.yy"), [], [], b"")
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    before = snapshot(copy)
+    result = run_in_process("nmt-train", [copy, *TINY, "--max-update", "2", "--save-dir", save, "--no-progress-bar"])
+    assert_refused(result, f"{prefix}.idx", "no sentences")
+    assert_unchanged(before, copy)
+    assert not list(save.glob("*.pt"))
