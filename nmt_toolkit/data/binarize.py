@@ -60,7 +60,8 @@ class PreprocessConfig:
     thresholdtgt: int = option(0, "drop target symbols seen fewer times than this", low=0)
     nwordssrc: int = option(-1, "keep at most this many source symbols (-1: all)", low=1, also=(-1,))
     nwordstgt: int = option(-1, "keep at most this many target symbols (-1: all)", low=1, also=(-1,))
-    padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)", low=1)
+    padding_factor: int = option(8, "pad the dictionary size to a multiple of this (madeupword fillers)", low=1,
+                                 high=1024)
     workers: int = option(1, "parallel processes for counting and binarizing, at most one per CPU (output is identical for any N)", low=1)
     bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
                                 choices=list(subword.KINDS))

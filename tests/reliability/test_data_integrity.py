@@ -301,3 +301,9 @@ def test_an_empty_split_is_refused_when_opened(trained, tmp_path):
     assert_refused(result, f"{prefix}.idx", "no sentences")
     assert_unchanged(before, copy)
     assert not list(save.glob("*.pt"))
+
+
+def test_an_absurd_padding_factor_is_refused_before_any_work(tmp_path, raw):
+    """--padding-factor 100000000 appended a hundred million filler symbols (minutes of CPU, gigabytes)."""
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--padding-factor", "100000000"),
+                      "--padding-factor")
