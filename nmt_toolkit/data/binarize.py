@@ -65,7 +65,8 @@ class PreprocessConfig:
     workers: int = option(1, "parallel processes for counting and binarizing, at most one per CPU (output is identical for any N)", low=1)
     bpe: Optional[str] = option(None, "learn and apply a joint subword model (sentencepiece or subword_nmt) on the training text of both sides",
                                 choices=list(subword.KINDS))
-    bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)", low=1)
+    bpe_vocab_size: int = option(8000, "sentencepiece vocabulary size (--bpe sentencepiece)", low=1,
+                                 high=1_000_000)
     bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=1)
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")

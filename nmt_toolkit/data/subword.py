@@ -123,7 +123,11 @@ def learn_subword_nmt(files: Sequence[str], codes_path: str, merges: int) -> str
     try:
         lines = (" ".join(line.split()) + "\n" for line in itertools.chain(*handles))
         with open(codes_path, "w", encoding="utf-8") as out:
-            learn_bpe(lines, out, merges, min_frequency=2)
+            try:
+                learn_bpe(lines, out, merges, min_frequency=2)
+            except ValueError:  # learn_bpe takes max() of the pair counts: empty when no word has two symbols
+                raise DataError(f"--bpe subword_nmt: {' and '.join(files)} hold no word of two or more characters "
+                                f"to merge; use --bpe sentencepiece, or no --bpe") from None
     finally:
         for h in handles:
             h.close()

@@ -307,3 +307,15 @@ def test_an_absurd_padding_factor_is_refused_before_any_work(tmp_path, raw):
     """--padding-factor 100000000 appended a hundred million filler symbols (minutes of CPU, gigabytes)."""
     refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--padding-factor", "100000000"),
                       "--padding-factor")
+
+
+def test_an_absurd_sentencepiece_vocabulary_is_refused_before_any_work(tmp_path, raw):
+    """--bpe-vocab-size 2000000000 kept sentencepiece busy for minutes on six lines."""
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--bpe", "sentencepiece",
+                                                            "--bpe-vocab-size", "2000000000"), "--bpe-vocab-size")
+
+
+def test_subword_nmt_on_text_with_nothing_to_merge(tmp_path, raw):
+    """Every word of the fixture is one character: subword-nmt's learn_bpe failed with max() of nothing."""
+    refused_unchanged(tmp_path, "nmt-preprocess", base_args(raw, tmp_path / "bin", "--bpe", "subword_nmt"),
+                      "--bpe subword_nmt", str(raw / "train.xx"))
