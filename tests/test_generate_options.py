@@ -158,7 +158,7 @@ def test_raw_input_lines_end_at_newlines_only(setup_dir, capsys, tmp_path, monke
     raw.write_bytes("A dog\rruns.\nThe cat\u2028sits.\r\nA man.\n".encode("utf-8"))
     rc, out, err = _run(capsys, [data, "--path", ck, "--input", raw, "--max-len-b", "3"])
     assert rc == 0, err
-    assert _tagged(out, "S") == ["A dog\rruns.", "The cat\u2028sits.", "A man."]
+    assert _tagged(out, "S") == ["A dog\\x0druns.", "The cat\\u2028sits.", "A man."]  # printed escaped
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw.read_bytes()), encoding="utf-8"))
     rc, out, err = _run(capsys, [data, "--path", ck, "--plain", "--max-len-b", "3"], inter_cli)
     assert rc == 0, err
