@@ -113,7 +113,8 @@ def world(tmp_path_factory):
 def base_args(prog: str, root, data, ck) -> tuple[list[str], str]:
     """A command of ``prog`` that runs (stdin text second): the bad value is appended to it."""
     raw = root / "raw"
-    tiny = TINY[:TINY.index("--warmup-updates")] + TINY[TINY.index("--warmup-updates") + 2:]  # not every schedule has it
+    cut = TINY.index("--warmup-updates")  # not every schedule has the option
+    tiny = TINY[:cut] + TINY[cut + 2:]
     return {
         "nmt-train": ([data, *tiny, "--save-dir", root / "new-ckpt", "--max-update", "1"], ""),
         "nmt-generate": ([data, "--path", ck, "--gen-subset", "valid", "--beam", "2", "--max-len-b", "5"], ""),
@@ -187,3 +188,25 @@ def test_help_shows_the_range():
     result = run_in_process("nmt-generate", ["--help"])
     text = " ".join(result.stdout.split())
     assert "range: ≥ 0]" in text and "range: (0, 1] or -1]" in text
+
+
+def test_a_plugin_option_without_a_range_takes_any_finite_number_but_not_nan():
+    @dataclasses.dataclass
+    class PluginConfig:
+        gamma: float = config.option(1.0, "a plugin's own number, declared without a range")
+
+    groups = [config.Group("plugin", PluginConfig)]
+    assert config.resolve(groups, {"gamma": "-5e3"}, {"gamma"})["plugin"].gamma == -5e3
+    for bad in ("nan", "inf", "-inf"):
+        with pytest.raises(config.UsageError, match=f"^--gamma {bad}: must be a finite number$"):
+            config.resolve(groups, {"gamma": bad}, {"gamma"})
+
+
+def test_a_checkpoint_config_outside_the_range_is_refused_naming_it():
+    from nmt_toolkit.errors import NmtError
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    with pytest.raises(NmtError, match=r"^ck\.pt: model config: dropout 1\.5: must be a finite number in \[0, 1\)$"):
+        config.from_dict(TransformerConfig, {"dropout": 1.5}, "ck.pt: model config")
+    with pytest.raises(NmtError, match=r"^ck\.pt: model config: attention_heads 0: must be an integer ≥ 1$"):
+        config.from_dict(TransformerConfig, {"attention_heads": 0}, "ck.pt: model config")
