@@ -141,8 +141,6 @@ def setup(configs: dict):
     task = TASKS.get("translation").obj.setup_task(task_cfg)
     device = _device(io)
     if io.threads is not None:
-        if io.threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {io.threads}")
         torch.set_num_threads(io.threads)
     codec = task.subword()
     detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
@@ -195,8 +193,6 @@ def _decode_workers(io: GenerateIOConfig, gen: GenerationConfig, device, num_bat
         from nmt_toolkit.generation.parallel import auto_workers
 
         return auto_workers(num_batches, torch.get_num_threads())
-    if io.decode_workers < 1:
-        raise UsageError(f"--decode-workers must be >= 1, got {io.decode_workers}")
     if io.decode_workers > 1 and (device.type != "cpu" or gen.sampling):
         logger.warning("--decode-workers %d ignored: %s decodes one batch at a time", io.decode_workers,
                        "--sampling" if gen.sampling else "GPU decoding")
@@ -420,8 +416,6 @@ def _shard_from_torchrun(io: GenerateIOConfig) -> None:
         io.num_shards, io.shard_id = world, int(os.environ.get("RANK", "0"))
         if torch.cuda.is_available() and not io.cpu and io.device != "cpu":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if io.num_shards < 1:
-        raise UsageError(f"--num-shards must be at least 1, got {io.num_shards}")
     if not 0 <= io.shard_id < io.num_shards:
         raise UsageError(f"--shard-id {io.shard_id} is out of range for --num-shards {io.num_shards} "
                          f"(0 .. {io.num_shards - 1})")

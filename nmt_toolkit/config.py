@@ -142,6 +142,14 @@ def check_range(f: dataclasses.Field, tp: Any, value: Any, what: str, error: typ
             raise error(f"{what} {_number_text(v)}: must be {bounds.describe(number_type)}")
 
 
+def check_ranges(cfg: Any, error: type = UsageError) -> None:
+    """Every numeric field of the dataclass instance ``cfg`` in its declared range, named by its flag: for a
+    config built in code (a ``validate()`` calls it), which the command line's checks never saw."""
+    hints = _resolved_hints(type(cfg))
+    for f in fields(cfg):
+        check_range(f, hints[f.name], getattr(cfg, f.name), flag_name(f), error)
+
+
 # --------------------------------------------------------------------------- types
 
 

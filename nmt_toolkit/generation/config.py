@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.errors import UsageError
 
 
@@ -55,18 +55,9 @@ class GenerationConfig:
                                            "on a probe at start, torch's kernels where it does not hold)")
 
     def validate(self) -> None:
-        if self.beam < 1:
-            raise UsageError(f"--beam must be >= 1, got {self.beam}")
-        if not 1 <= self.nbest <= self.beam:
+        check_ranges(self)
+        if self.nbest > self.beam:
             raise UsageError(f"--nbest must be between 1 and --beam ({self.beam}), got {self.nbest}")
-        if self.temperature <= 0:
-            raise UsageError(f"--temperature must be > 0, got {self.temperature}")
-        if self.sampling_topp > 1:
-            raise UsageError(f"--sampling-topp must be <= 1, got {self.sampling_topp}")
-        if self.static_check_interval < 1:
-            raise UsageError(f"--static-check-interval must be >= 1, got {self.static_check_interval}")
-        if self.no_repeat_ngram_size < 0 or self.prefix_size < 0 or self.min_len < 0:
-            raise UsageError("--no-repeat-ngram-size, --prefix-size and --min-len must be >= 0")
         self._check_length_limits()
 
     def _check_length_limits(self) -> None:
@@ -76,8 +67,6 @@ class GenerationConfig:
         grows with S when a >= 0); the search forbids EOS before ``--min-len`` and forces it at the limit.
         Limits that contradict each other used to be resolved silently — the longer one won, or one token
         was output — so ``--min-len 500 --max-len-b 3`` gave 500-token translations; now they are an error."""
-        if self.max_len_a < 0:
-            raise UsageError(f"--max-len-a must be >= 0, got {self.max_len_a}")
         shortest = int(self.max_len_a * 1 + self.max_len_b)  # the search truncates a * S + b the same way
         needed = max(self.min_len, 1)
         if shortest < needed:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.modules.caches import DecoderState, StaticDecoderState
 from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncoderLayer
@@ -60,14 +60,7 @@ class TransformerConfig:
                                               "--layernorm-embedding; not in the paper)")
 
     def validate(self) -> None:
-        for name in ("encoder_layers", "decoder_layers", "embed_dim", "ffn_embed_dim", "attention_heads",
-                     "max_positions"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("key_dim", "value_dim"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        check_ranges(self)
         if (self.key_dim is None or self.value_dim is None) and self.embed_dim % self.attention_heads:
             raise UsageError(f"--embed-dim {self.embed_dim} is not divisible by --attention-heads "
                              f"{self.attention_heads}; set --key-dim and --value-dim explicitly")
@@ -77,9 +70,6 @@ class TransformerConfig:
             raise UsageError(f"--sinusoid-layout {self.sinusoid_layout}: expected paper or fairseq")
         if self.positional_embeddings not in ("sinusoidal", "learned"):
             raise UsageError(f"--positional-embeddings {self.positional_embeddings}: expected sinusoidal or learned")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
 
 
 def _embedding(num: int, dim: int, pad: int) -> nn.Embedding:

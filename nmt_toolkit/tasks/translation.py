@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.data import subword
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
 from nmt_toolkit.data.data_bin import check_record
@@ -52,10 +52,7 @@ class TranslationConfig:
                                                               "too (the training split always skips them)")
 
     def validate(self) -> None:
-        if self.max_tokens is not None and self.max_tokens <= 0:
-            raise UsageError(f"--max-tokens must be a positive number of tokens, got {self.max_tokens}")
-        if self.batch_size is not None and self.batch_size <= 0:
-            raise UsageError(f"--batch-size must be at least 1, got {self.batch_size}")
+        check_ranges(self)
         if self.max_tokens is None and self.batch_size is None:
             raise UsageError("batches need a budget: give --max-tokens or --batch-size")
 

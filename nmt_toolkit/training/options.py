@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.criterions import derived_metrics
 from nmt_toolkit.errors import UsageError
 
@@ -39,12 +39,7 @@ class OptimizationConfig:
                                             "is unchanged); default: 8 when compiling on CUDA, else 1", low=1)
 
     def validate(self) -> None:
-        if self.pad_to_multiple is not None and self.pad_to_multiple < 1:
-            raise UsageError(f"--pad-to-multiple must be at least 1, got {self.pad_to_multiple}")
-        if self.update_freq < 1:
-            raise UsageError(f"--update-freq must be at least 1, got {self.update_freq}")
-        if self.lr is not None and self.lr < 0:
-            raise UsageError(f"--lr must not be negative, got {self.lr}")
+        check_ranges(self)
 
 
 @dataclass
@@ -73,8 +68,7 @@ class CheckpointConfig:
         if self.best_checkpoint_metric not in VALIDATION_METRICS + ("bleu",):
             raise UsageError(f"unknown --best-checkpoint-metric {self.best_checkpoint_metric!r}: validation "
                              f"produces {', '.join(VALIDATION_METRICS)}, and bleu with --eval-bleu")
-        if self.save_interval < 1:
-            raise UsageError(f"--save-interval must be at least 1, got {self.save_interval}")
+        check_ranges(self)
 
 
 @dataclass
@@ -87,10 +81,7 @@ class DistributedConfig:
                                   "goes on); 0 = sized for the model: its gradients / 16, within 25-100", low=0)
 
     def validate(self) -> None:
-        if self.distributed_world_size < 1:
-            raise UsageError(f"--distributed-world-size must be at least 1, got {self.distributed_world_size}")
-        if self.bucket_cap_mb < 0:
-            raise UsageError(f"--bucket-cap-mb must not be negative, got {self.bucket_cap_mb}")
+        check_ranges(self)
 
 
 @dataclass
