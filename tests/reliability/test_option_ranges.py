@@ -210,3 +210,16 @@ def test_a_checkpoint_config_outside_the_range_is_refused_naming_it():
         config.from_dict(TransformerConfig, {"dropout": 1.5}, "ck.pt: model config")
     with pytest.raises(NmtError, match=r"^ck\.pt: model config: attention_heads 0: must be an integer ≥ 1$"):
         config.from_dict(TransformerConfig, {"attention_heads": 0}, "ck.pt: model config")
+
+
+def test_a_field_may_accept_inf_as_no_limit():
+    @dataclasses.dataclass
+    class LimitConfig:
+        budget: float = config.option(math.inf, "seconds to spend (inf: no limit)", low=0, low_open=True,
+                                      allow_inf=True)
+
+    groups = [config.Group("limit", LimitConfig)]
+    assert config.resolve(groups, {"budget": "inf"}, {"budget"})["limit"].budget == math.inf
+    for bad, message in (("-inf", "-inf"), ("nan", "nan"), ("0", "0")):
+        with pytest.raises(config.UsageError, match=f"^--budget {message}: must be a number > 0 or inf$"):
+            config.resolve(groups, {"budget": bad}, {"budget"})
