@@ -223,3 +223,12 @@ def test_a_field_may_accept_inf_as_no_limit():
     for bad, message in (("-inf", "-inf"), ("nan", "nan"), ("0", "0")):
         with pytest.raises(config.UsageError, match=f"^--budget {message}: must be a number > 0 or inf$"):
             config.resolve(groups, {"budget": bad}, {"budget"})
+
+
+@pytest.mark.parametrize("arch", sorted(registry.ARCHITECTURES.names()))
+def test_every_architecture_preset_lies_in_the_ranges(arch):
+    entry = registry.ARCHITECTURES.get(arch)
+    cfg = registry.MODELS.get(entry.parent).config()
+    entry.obj(cfg)
+    config.check_ranges(cfg)
+    cfg.validate()
