@@ -149,8 +149,8 @@ def plain_row_topk(x: torch.Tensor, kk: int):
 def top_candidates(lprobs: torch.Tensor, prev: Optional[torch.Tensor], n: int, width: int, k: int,
                    row_topk: Callable = chunked_row_topk):
     """``(scores, beams, tokens)`` [n, 2k]: the best ``2k`` continuations of each of ``n`` sentences over its
-    ``width`` rows × V, by cumulative score (``prev`` [n * width]: each row's score so far; None at the first
-    step, where it is 0), best first; ``beams`` is the row (0..width-1) each extends.
+    ``width`` rows × V, by cumulative score (``prev`` [n * width]: each row's score so far; None: 0, the
+    dynamic search's first step), best first; ``beams`` is the row (0..width-1) each extends.
 
     Large vocabularies take the best 2k of each row first (a candidate of its sentence is one of its row's
     best 2k, by ``row_topk``), then the best 2k of the sentence's width * 2k: no beam×V sum is materialised.
