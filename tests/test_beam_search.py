@@ -417,3 +417,29 @@ def test_generator_rejects_an_nbest_larger_than_the_beam_and_unknown_rules():
         SequenceGenerator([model], d, GenerationConfig(beam=2, nbest=3))
     with pytest.raises(ValueError, match="early_stop"):
         SequenceGenerator([model], d, GenerationConfig(early_stop="sometimes"))
+
+
+def test_a_negative_length_penalty_is_taken_as_fairseq_takes_it(capsys):
+    """alpha < 0 favours shorter outputs; the 'bound' early stop then uses the next length's penalty, the
+    largest still reachable, so its output equals the exhaustive search's."""
+    import torch
+
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+    from nmt_toolkit.generation.config import GenerationConfig
+    from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
+    from nmt_toolkit.models.summary import SizedDictionary
+
+    torch.manual_seed(0)
+    vocab = SizedDictionary(24)
+    model = TransformerModel.build_model(TransformerConfig(embed_dim=16, ffn_embed_dim=32, encoder_layers=1,
+                                                           decoder_layers=1, attention_heads=2, dropout=0.0),
+                                         vocab, vocab).eval()
+    src = torch.randint(4, 24, (3, 6))
+    src[:, -1] = 2
+    lengths = torch.full((3,), 6)
+    outs = {}
+    for rule in ("bound", "never"):
+        gen = GenerationConfig(beam=4, nbest=2, lenpen=-0.5, early_stop=rule, max_len_a=0.0, max_len_b=8)
+        outs[rule] = SequenceGenerator(model, vocab, gen).generate(src, lengths)
+    for a, b in zip(outs["bound"], outs["never"]):
+        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]

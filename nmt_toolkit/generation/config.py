@@ -16,7 +16,8 @@ class GenerationConfig:
                                  metavar="FILE[:FILE…]")
     beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)", low=1)
     nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)", low=1)
-    lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation", low=0)
+    lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation, "
+                                "< 0 favours shorter outputs (as in fairseq)")
     lenpen_style: str = option("gnmt", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha",
                                choices=("gnmt", "fairseq"))
     max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)", low=0)

@@ -26,6 +26,8 @@ UNBOUNDED = {
     # a negative b shortens long outputs when a > 0; GenerationConfig.validate refuses limits that leave a
     # source no legal output length
     ("GenerationConfig", "max_len_b"),
+    # fairseq takes any alpha: > 0 favours longer outputs, < 0 shorter ones (the early-stop bound handles both)
+    ("GenerationConfig", "lenpen"),
 }
 
 SELECTORS = {"--task": registry.TASKS, "--criterion": registry.CRITERIA, "--optimizer": registry.OPTIMIZERS,
