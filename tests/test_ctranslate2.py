@@ -1,4 +1,4 @@
-"""nmt-export --format ctranslate2 and --engine ctranslate2 (issue 21), against our own model and sacreBLEU.
+"""nmt-export --format ctranslate2 and --engine ctranslate2, against our own model and sacreBLEU.
 
 The references are independent of the exporter: our PyTorch model's teacher-forced log-probabilities (every
 layout the export handles: post-/pre-norm, shared/separate embeddings, scaling, both sinusoid layouts,
@@ -141,7 +141,7 @@ def _generate(data, path, out, *extra):
 
 @pytest.mark.slow
 def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_model, tmp_path):
-    """Point 5 of issue 21: exported with quantization none, >= 98 % of the 1,000 test hypotheses identical to
+    """Exported with quantization none, >= 98 % of the 1,000 test hypotheses identical to
     the torch engine's, BLEU (sacreBLEU) within 0.3; int8 within 1.0 BLEU of float32."""
     import sacrebleu
 

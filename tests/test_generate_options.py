@@ -1,6 +1,6 @@
 """nmt-generate options that change what is printed or whether it runs: contradictory length limits and
-non-finite checkpoints are errors (issue 19 finding 6), --remove-bpe against sentencepiece's own decoder
-and fairseq's sed rule, --results-path against stdout, and raw --input read one line per \\n (finding 5)."""
+non-finite checkpoints are errors, --remove-bpe against sentencepiece's own decoder and fairseq's sed rule,
+--results-path against stdout, and raw --input read one line per \\n."""
 from __future__ import annotations
 
 import dataclasses
@@ -189,7 +189,7 @@ def test_min_len_beyond_the_models_positions_is_an_error(setup_dir, capsys, tmp_
 
 
 def test_weights_that_disagree_with_their_config_are_not_called_a_wrong_dictionary(setup_dir, capsys, tmp_path):
-    """Issue 19 finding 8: every shape mismatch was reported as 'wrong dictionary'; say which shapes differ."""
+    """A shape mismatch that is not vocabulary-sized says which shapes differ (not 'wrong dictionary')."""
     root, data, ck = setup_dir
     state = torch.load(ck, weights_only=True)
     state["config"]["model"]["ffn_embed_dim"] = 48  # the weights are for 64
@@ -202,8 +202,8 @@ def test_weights_that_disagree_with_their_config_are_not_called_a_wrong_dictiona
 
 
 def test_a_split_preprocess_json_does_not_list_is_refused(setup_dir, capsys, tmp_path):
-    """Issue 19 finding 4 end to end: the landed --overwrite left test.* of the old vocabulary beside a
-    preprocess.json listing only train, and nmt-generate --gen-subset test decoded garbage with exit 0."""
+    """A split's files that preprocess.json does not list (left by an earlier vocabulary) are refused by
+    nmt-generate --gen-subset, never decoded into garbage with exit 0."""
     import json
     import shutil
 

@@ -1,4 +1,4 @@
-"""No code is compiled, downloaded or dlopen'ed at run time (issue 21).
+"""No code is compiled, downloaded or dlopen'ed at run time.
 
 The package ships no native source or library, and a whole train → generate → interactive run, watched
 through Python's audit hooks in a fresh interpreter, loads no shared object from the package (or from any

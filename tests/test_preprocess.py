@@ -182,8 +182,8 @@ def _load(dest, split):
 
 
 def test_overwrite_replaces_the_whole_set_and_stale_splits_are_refused(tmp_path):
-    """Issue 19 finding 4: --overwrite with a new vocabulary and only --trainpref kept the old valid/test files
-    (ids of the old dictionary) and the old shard folders; training validated and nmt-generate decoded them."""
+    """--overwrite with a new vocabulary and only --trainpref replaces the folder's whole set: valid/test files
+    and shard folders of the old dictionary must not stay to be validated on or decoded."""
     from nmt_toolkit.errors import DataError
 
     old = _tiny(tmp_path, "old", "a b c\nd e\nf\ng h i\n", "A B C\nD E\nF\nG H I\n")
@@ -226,7 +226,7 @@ def test_adding_a_split_keeps_the_others_listed(tmp_path):
 
 
 def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys):
-    """Issue 19 finding 8: tracebacks for a --destdir inside a file or an unwritable place, for --user-dir naming
+    """One error line, no traceback, for a --destdir inside a file or an unwritable place, for --user-dir naming
     a data file, and for a disk that fills up while binarizing (here a file size limit: EFBIG, errno 27)."""
     import resource
     import subprocess
@@ -262,7 +262,7 @@ def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys):
 
 
 def test_lines_end_at_newlines_only(tmp_path):
-    """Issue 19 finding 5 (preprocessing side): a \\r, U+2028 or U+0085 inside a line does not end it — the
+    """A \\r, U+2028 or U+0085 inside a line does not end it — the
     line count is the number of \\n, as for the sacrebleu command and wc -l — and a CRLF's \\r is dropped."""
     src = "a b\rc\nd\u2028e f\r\ng\x85h\n"
     tgt = "x\ny\nz\n"

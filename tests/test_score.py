@@ -72,8 +72,8 @@ def test_paired_bootstrap_and_tokenized(files, capsys):
 
 
 def test_lines_split_at_newlines_only_as_sacrebleu_does(tmp_path, capsys):
-    """Issue 19 finding 5: a stray \\r (or U+2028, U+0085, a form feed) inside a line is part of the line for the
-    sacrebleu command; str.splitlines / text mode made nmt-score cut there (BLEU 43.0 where sacrebleu says 100)."""
+    """A stray \\r (or U+2028, U+0085, a form feed) inside a line is part of the line, as for the sacrebleu
+    command: cutting there (str.splitlines, text mode) misaligns the files (BLEU 43.0 where sacrebleu says 100)."""
     lines = ["a man rides a red bike down the street .", "two dogs play in the green park today .",
              "a woman sits on a bench with a book .", "children run along the beach", "trailing spaces"]
     hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
@@ -121,8 +121,8 @@ def test_tokenized_bleu_equals_numbers_worked_by_hand():
 
 
 def test_empty_files_and_user_dir_are_one_line_errors(tmp_path, capsys):
-    """Issue 19 finding 8: two empty files ended in an IndexError inside sacrebleu; --user-dir was accepted and
-    ignored, even a plugin with a syntax error."""
+    """Two empty files are one error line (not an IndexError inside sacrebleu), and --user-dir is imported
+    as in every program: a plugin with a syntax error is an error, never ignored."""
     empty_sys, empty_ref = tmp_path / "sys.txt", tmp_path / "ref.txt"
     empty_sys.write_text("")
     empty_ref.write_text("")
