@@ -117,12 +117,6 @@ class EpochBatchIterator:
         """Batches per epoch on this rank."""
         return math.ceil(len(self.batches) / self.num_shards)
 
-    @property
-    def next_epoch_idx(self) -> int:
-        if self._resume_offset is not None or self._current is None:
-            return self.epoch
-        return self.epoch + 1
-
     def _epoch_batches(self, epoch: int, shuffle: bool) -> list:
         order = np.arange(len(self.batches))
         if shuffle:

@@ -242,11 +242,6 @@ class TransformerModel(nn.Module):
         return self.decoder(prev_output_tokens, encoder_out, incremental_state, need_attn)
 
     @staticmethod
-    def get_normalized_probs(logits: torch.Tensor, log_probs: bool = True) -> torch.Tensor:
-        """(Log-)softmax over the vocabulary, computed in float32."""
-        return F.log_softmax(logits.float(), dim=-1) if log_probs else F.softmax(logits.float(), dim=-1)
-
-    @staticmethod
     def reorder_encoder_out(encoder_out: dict, new_order: torch.Tensor) -> dict:
         return {k: (v.index_select(0, new_order) if isinstance(v, torch.Tensor) else v)
                 for k, v in encoder_out.items()}
