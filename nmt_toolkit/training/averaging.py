@@ -14,6 +14,7 @@ import torch
 
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.training.checkpoints import dictionary_mismatch, load_checkpoint, save_checkpoint
+from nmt_toolkit.training.state import TrainState
 
 _UPDATE_NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _EPOCH_NAME = re.compile(r"^checkpoint(\d+)\.pt$")
@@ -80,9 +81,9 @@ def average_checkpoints(paths: Sequence[str]) -> dict:
            "averaged_from": [os.path.abspath(p) for p in paths]}
     if isinstance(first.get("dictionaries"), dict):
         out["dictionaries"] = first["dictionaries"]
-    state = first.get("train_state")
-    if isinstance(state, dict):  # keep where training was, drop RNG states and iterator positions
-        out["train_state"] = {k: v for k, v in state.items() if k in ("epoch", "num_updates")}
+    position = TrainState.position_of(first.get("train_state"))
+    if position is not None:  # keep where training was, drop RNG states and iterator positions
+        out["train_state"] = position
     return out
 
 
