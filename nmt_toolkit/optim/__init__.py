@@ -11,10 +11,11 @@ def build_optimizer(name: str, cfg: Any, params, lr: float):
     return OPTIMIZERS.get(name).obj(cfg, params, lr)
 
 
-def build_lr_scheduler(name: str, cfg: Any, optimizer, lr: float):
-    """The registered schedule ``name``; it sets ``optimizer``'s lr at every ``step_update``."""
+def build_lr_scheduler(name: str, cfg: Any, optimizer, lr: float, total_updates: int = 0):
+    """The registered schedule ``name``; it sets ``optimizer``'s lr at every ``step_update``.
+    ``total_updates`` is --max-update (0: unlimited), for schedules whose length defaults to the run's."""
     cls = LR_SCHEDULERS.get(name).obj
-    return cls(cfg, optimizer, default_lr(name) if lr is None else lr)
+    return cls(cfg, optimizer, default_lr(name) if lr is None else lr, total_updates=total_updates)
 
 
 def default_lr(scheduler_name: str) -> float:

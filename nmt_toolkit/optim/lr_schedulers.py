@@ -1,6 +1,7 @@
 """Learning-rate schedules. Each counts optimizer updates (after accumulation) and is resumable.
 
-A scheduler is built as ``cls(cfg, optimizer, lr)`` where ``lr`` is ``--lr``; ``step_update(num_updates)``
+A scheduler is built as ``cls(cfg, optimizer, lr, total_updates=N)`` where ``lr`` is ``--lr`` and ``N`` is
+``--max-update`` (0: no limit), the length of schedules whose period defaults to the run's; ``step_update(num_updates)``
 sets and returns the lr for the *next* update (called with 0 before the first one, as fairseq does);
 ``step(epoch, val_loss)`` is called at the end of every epoch. ``state_dict`` holds plain values only.
 """
@@ -16,8 +17,9 @@ from nmt_toolkit.registry import register_lr_scheduler
 
 
 class Scheduler:
-    def __init__(self, cfg, optimizer, lr: float):
+    def __init__(self, cfg, optimizer, lr: float, total_updates: int = 0):
         self.cfg, self.optimizer, self.base_lr = cfg, optimizer, lr
+        self.total_updates = total_updates or 0  # --max-update: the run's length, 0 when unlimited
         self.lr = lr
         self.num_updates = 0
 
@@ -121,8 +123,6 @@ class CosineConfig:
 
 @register_lr_scheduler("cosine", CosineConfig)
 class CosineSchedule(Scheduler):
-    total_updates: int = 0  # set by the trainer from --max-update when the period is not given
-
     def lr_at(self, step: int) -> float:
         w = self.cfg.warmup_updates
         if step < w:

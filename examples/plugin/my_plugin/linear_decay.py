@@ -24,9 +24,8 @@ class LinearDecayConfig:
 
 @register_lr_scheduler("linear_decay", LinearDecayConfig)
 class LinearDecaySchedule(Scheduler):
-    def __init__(self, cfg: LinearDecayConfig, optimizer, lr: float):
-        super().__init__(cfg, optimizer, lr)
-        self.total_updates = 0  # the trainer sets this to --max-update when the scheduler has the attribute
+    def __init__(self, cfg: LinearDecayConfig, optimizer, lr: float, total_updates: int = 0):
+        super().__init__(cfg, optimizer, lr, total_updates)  # total_updates: --max-update (0: unlimited)
         if cfg.decay_warmup_updates < 0 or not 0.0 <= cfg.decay_final_lr_scale <= 1.0:
             raise UsageError("--decay-warmup-updates must be >= 0 and --decay-final-lr-scale in [0, 1]")
 
