@@ -93,9 +93,6 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
                              "command line")
         return train_main(configs, list(argv))
 
-    def extra_dump(configs):
-        return None
-
     return build_command(prog, groups, run, help=__doc__.split("\n\n")[0], preset=preset)
 
 
@@ -122,7 +119,8 @@ def dry_run(configs: dict[str, Any]) -> int:
 def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     from nmt_toolkit.allocator import keep_freed_memory
     from nmt_toolkit.training import distributed
-    from nmt_toolkit.training.train_loop import run_training, uses_cuda
+    from nmt_toolkit.training.components import uses_cuda
+    from nmt_toolkit.training.train_loop import run_training
 
     if configs["logging"].dry_run:
         return dry_run(configs)

@@ -77,7 +77,7 @@ def test_resume_under_ddp_and_with_a_changed_world_size(tiny_bin, tmp_path):
     stopped at 3 resumed as 2 ranks: each ends where 1 process with --update-freq 2 for 6 updates ends.
 
     Rank r reads batches r, r+2, ... of the epoch, so 3 updates on 2 ranks consumed batches 0-5, as 3 updates
-    of --update-freq 2 do; a resume on another world size must start at batch 6 (train_loop._reshard)."""
+    of --update-freq 2 do; a resume on another world size must start at batch 6 (training.resume.reshard)."""
     six = [tiny_bin, *TINY, *NODROP, "--max-update", "6"]
     assert train([*six, "--update-freq", "2", "--save-dir", str(tmp_path / "ref")]) == 0
     want = load(tmp_path / "ref" / "checkpoint_last.pt")
@@ -117,7 +117,7 @@ def test_uneven_shards_reach_the_epoch_end_under_ddp(tiny_bin, tmp_path):
 
 def test_reshard_rule():
     """k batches per rank on N ranks = k*N batches of the epoch read; on M ranks k*N // M each."""
-    from nmt_toolkit.training.train_loop import _reshard
+    from nmt_toolkit.training.resume import reshard as _reshard
 
     state = {"epoch": 2, "iterations_in_epoch": 7, "shuffle": True}
     assert _reshard(state, 2, 2) is state

@@ -1,11 +1,11 @@
 """Checkpoint files (DESIGN §4): plain dicts of tensors and values, written atomically.
 
 Keys: ``model``, ``optimizer``, ``lr_scheduler``, ``scaler``, ``config`` (plain nested dict, see
-``cli/train.py``), ``train_state`` (epoch, num_updates, iterator position, best metric, patience counter,
-RNG states as tensors), ``dictionaries`` (what the model was trained on: :func:`dictionaries_record`),
+``cli/train.py``), ``train_state`` (:class:`~nmt_toolkit.training.state.TrainState`: epoch, num_updates,
+iterator position, best metric, patience counter, RNG states as tensors), ``dictionaries`` (what the model was trained on: :func:`dictionaries_record`),
 ``version``. Names: ``checkpoint<epoch>.pt``, ``checkpoint_<epoch>_<updates>.pt``,
 ``checkpoint_last.pt``, ``checkpoint_best.pt``, and ``checkpoint.best_<metric>_<value>.pt`` for
-``--keep-best-checkpoints``.
+``--keep-best-checkpoints``; :func:`checkpoint_names` picks those a save writes.
 """
 from __future__ import annotations
 
@@ -280,6 +280,27 @@ def update_name(epoch: int, updates: int) -> str:
 
 def best_k_name(metric: str, value: float) -> str:
     return f"checkpoint.best_{metric}_{value:.4f}.pt"
+
+
+def checkpoint_names(ck, epoch: int, updates: int, end_of_epoch: bool, update_checkpoint: bool,
+                     metric: Optional[float], best: Optional[float]) -> list[str]:
+    """The files one save writes, in order (the first is written, the others are copies of it): one table
+    from conditions to names, as fairseq's ``checkpoint_conds``.
+
+    ``update_checkpoint``: the save is due by ``--save-interval-updates``/``--save-interval-minutes``
+    (``--no-epoch-checkpoints`` leaves those on, as in fairseq). ``metric`` is this update's validation
+    metric (``None``: not validated) and ``best`` the best so far; equal, this update is the best.
+    """
+    is_best = metric is not None and metric == best
+    conds = [
+        (lambda: epoch_name(epoch),
+         end_of_epoch and not ck.no_epoch_checkpoints and epoch % ck.save_interval == 0),
+        (lambda: update_name(epoch, updates), update_checkpoint),
+        (lambda: "checkpoint_best.pt", is_best),
+        (lambda: best_k_name(ck.best_checkpoint_metric, metric), is_best and ck.keep_best_checkpoints > 0),
+        (lambda: "checkpoint_last.pt", not ck.no_last_checkpoints),
+    ]
+    return [name() for name, wanted in conds if wanted]
 
 
 def _remove(paths) -> None:

@@ -1,47 +1,36 @@
-"""The training run: epochs, validation, checkpoints, patience, preemption, logging.
+"""The training run: epochs of updates, and after each update the decision to validate, save or stop.
 
-``run_training(configs, components)`` is what ``nmt-train`` calls in every process. ``configs`` maps group
-names to dataclass instances (``common, components, task, model, criterion, optimizer, lr_scheduler,
-optimization, checkpoint, distributed, precision, logging``).
+``run_training(configs, info)`` is what ``nmt-train`` calls in every process. ``configs`` maps group names
+to dataclass instances (``common, components, task, model, criterion, optimizer, lr_scheduler,
+optimization, checkpoint, distributed, precision, logging``). The steps live in their own modules:
+building the pieces (:mod:`.components`), resuming (:mod:`.resume`), validating (:mod:`.validation`), the
+rules for validating, saving and stopping (:mod:`.decisions`), checkpoint names (:mod:`.checkpoints`) and
+the checkpoint's training state (:class:`.state.TrainState`); this module runs them in order.
 """
 from __future__ import annotations
 
-import functools
 import logging
-import math
 import os
-import random
 import signal
 import time
 from typing import Any, Optional
 
-import numpy as np
-import torch
-
 from nmt_toolkit.config import dump_yaml, to_dict
-from nmt_toolkit.criterions import build_criterion, derived_metrics
 from nmt_toolkit.errors import NmtError
-from nmt_toolkit.models import build_model
-from nmt_toolkit.optim import build_lr_scheduler, build_optimizer, default_lr
-from nmt_toolkit.registry import TASKS
-from nmt_toolkit.training.efficiency import peak_tflops
 from nmt_toolkit.training import checkpoints as ckpt_io
 from nmt_toolkit.training import distributed
-from nmt_toolkit.training.progress import Meter, ProgressLogger, train_stats
-from nmt_toolkit.training.compile import pad_to_multiple, resolve_compile, resolve_pad_multiple
+from nmt_toolkit.training.components import (Components, build_components, describe, device_for,
+                                             load_data, precision_of, seed_everything)
+from nmt_toolkit.training.decisions import Decision, Patience, UpdateFacts, after_validation, decide, limit_reached
+from nmt_toolkit.training.efficiency import peak_tflops
 from nmt_toolkit.training.prefetch import Prefetcher
-from nmt_toolkit.training.state import set_rng_state
+from nmt_toolkit.training.progress import Meter, ProgressLogger, train_stats
+from nmt_toolkit.training.resume import restore_data_position, resume
+from nmt_toolkit.training.state import TrainState, set_rng_state
 from nmt_toolkit.training.stopping import StopFlag, StopVote
-from nmt_toolkit.training.trainer import Trainer
-from nmt_toolkit.training.valid_bleu import BleuValidator, bleu_from_stats
+from nmt_toolkit.training.validation import Validator
 
 logger = logging.getLogger("nmt_toolkit.train")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _grouped(itr, n: int):
@@ -55,262 +44,195 @@ def _grouped(itr, n: int):
         yield chunk
 
 
-def uses_cuda(opt) -> bool:
-    """Training runs on GPUs whenever torch sees one, unless --cpu."""
-    return torch.cuda.is_available() and not opt.cpu
-
-
-def _device(opt, info: distributed.DistInfo) -> torch.device:
-    if uses_cuda(opt):
-        distributed.check_local_gpus(info.local_rank + 1)
-        torch.cuda.set_device(info.local_rank)
-        return torch.device("cuda", info.local_rank)
-    return torch.device("cpu")
-
-
-def precision_of(prec) -> Optional[str]:
-    if prec.fp16 or prec.amp:
-        if prec.bf16:
-            raise NmtError("--fp16/--amp and --bf16 are exclusive; choose one")
-        return "fp16"
-    return "bf16" if prec.bf16 else None
-
-
-def config_dict(configs: dict[str, Any]) -> dict:
-    """The plain config stored in checkpoints: every group, with ``components`` naming the model."""
-    return to_dict(configs)
-
-
-def _reshard(iterator_state: dict, saved_shards: int, shards: int) -> dict:
-    """The data position of a checkpoint for another world size.
-
-    ``iterations_in_epoch`` counts one rank's batches; rank r of N reads the epoch's batches r, r+N, ...,
-    so k iterations on N ranks consumed the first k*N batches. On M ranks that is k*N/M iterations (rounded
-    down: at most M-1 batches are seen twice), so resuming 2 ranks as 1 process with --update-freq 2 gives
-    the run that never stopped.
-    """
-    if saved_shards == shards or not iterator_state.get("iterations_in_epoch"):
-        return iterator_state
-    consumed = int(iterator_state["iterations_in_epoch"]) * saved_shards
-    if consumed % shards:
-        logger.warning("resuming %d ranks from a checkpoint of %d: %d batches of this epoch are read again",
-                       shards, saved_shards, consumed % shards)
-    return {**iterator_state, "iterations_in_epoch": consumed // shards}
-
-
-def _model_options_hint(saved: Any, current: Any) -> str:
-    """``the checkpoint was trained with --embed-dim 64 (now 32)``: the model options that differ."""
-    saved = saved.get("model") if isinstance(saved, dict) else None
-    if not isinstance(saved, dict) or not isinstance(current, dict):
-        return "check --arch and the model flags"
-    diff = [f"--{k.replace('_', '-')} {saved[k]} (now {current[k]})" for k in current
-            if k in saved and saved[k] != current[k]]
-    if not diff:
-        return "check --arch and the model flags"
-    return "the checkpoint was trained with " + ", ".join(diff)
-
-
-def _backend_note(info: distributed.DistInfo) -> str:
-    """`` (nccl)``: the process group's backend, when there is one (one process runs without any)."""
-    import torch.distributed as dist
-
-    if info.world_size > 1 and dist.is_available() and dist.is_initialized():
-        return f" ({dist.get_backend()})"
-    return ""
-
-
 def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] = None) -> int:
     info = info or distributed.DistInfo()
-    comp, opt, ck, prec, lg = (configs[k] for k in ("components", "optimization", "checkpoint", "precision", "logging"))
-    device = _device(opt, info)
+    device = device_for(configs["optimization"], info)
     if info.world_size > 1:
         distributed.init_process_group(info, distributed.choose_backend(configs["distributed"].distributed_backend,
                                                                          device), configs["distributed"].distributed_timeout)
     finished = False
     try:
-        code = _train(configs, comp, opt, ck, prec, lg, device, info)
+        code = _train(configs, device, info)
         finished = True
         return code
     finally:
         distributed.destroy(finished)
 
 
-def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
-    seed = configs["common"].seed
-    if precision_of(prec) == "fp16" and device.type != "cuda":
-        raise NmtError("--fp16/--amp needs a CUDA device; use --bf16 on CPU")
-    if info.is_master and not ck.no_save:  # before any work: a bad --save-dir fails now, not at the first save
+def _prepare_save_dir(ck, info) -> None:
+    """Before any work: a bad --save-dir fails now, not at the first save; a killed save's temp files go."""
+    if info.is_master and not ck.no_save:
         ckpt_io.prepare_save_dir(ck.save_dir)
         for stale in ckpt_io.remove_stale_temp_files(ck.save_dir):
             logger.info("removed %s, left by a save that was interrupted", stale)
-    seed_everything(seed)
-    fmt = "simple" if lg.no_progress_bar and lg.log_format == "tqdm" else lg.log_format
-    progress = ProgressLogger(fmt, tensorboard_logdir=lg.tensorboard_logdir,
-                              enabled=info.is_master and fmt != "none")
-    task = TASKS.get(comp.task).obj.setup_task(configs["task"])
-    model = build_model(comp.model, configs["model"], task.source_dictionary, task.target_dictionary).to(device)
-    criterion = build_criterion(comp.criterion, configs.get("criterion"), task)
-    lr = default_lr(comp.lr_scheduler) if opt.lr is None else opt.lr
-    optimizer = build_optimizer(comp.optimizer, configs.get("optimizer"), model.parameters(), lr)
-    sched_cfg = configs.get("lr_scheduler")
-    if sched_cfg is not None and hasattr(sched_cfg, "model_dim") and not sched_cfg.model_dim:
-        sched_cfg.model_dim = getattr(configs["model"], "embed_dim", None)
-    lr_scheduler = build_lr_scheduler(comp.lr_scheduler, sched_cfg, optimizer, lr)
-    if hasattr(lr_scheduler, "total_updates"):
-        lr_scheduler.total_updates = opt.max_update
-    compiling = resolve_compile(opt.compile, device)
-    trainer = Trainer(model, criterion, optimizer, lr_scheduler, device, clip_norm=opt.clip_norm,
-                      precision=precision_of(prec), fp16_init_scale=prec.fp16_init_scale,
-                      fp16_scale_window=prec.fp16_scale_window, min_loss_scale=prec.min_loss_scale,
-                      max_skipped_updates=opt.max_skipped_updates, world_size=info.world_size,
-                      ddp_device_ids=[info.local_rank] if device.type == "cuda" else None,
-                      compile_model=compiling, bucket_cap_mb=configs["distributed"].bucket_cap_mb or None)
 
-    from nmt_toolkit.models.summary import model_summary
-    progress.message(model_summary(model, configs["model"]))
-    progress.message(f"task {comp.task} | criterion {comp.criterion} | optimizer {comp.optimizer} "
-                     f"({type(optimizer).__name__}) | lr scheduler {comp.lr_scheduler} | device {device} | "
-                     f"world size {info.world_size}{_backend_note(info)} | precision {precision_of(prec) or 'fp32'}"
-                     f"{' | torch.compile' if compiling else ''}")
-    stored_config = config_dict(configs)
-    dictionaries = ckpt_io.task_dictionaries_record(task)
 
-    # ---------------------------------------------------------------- resume
-    path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
-    train_state: dict = {}
-    if path is not None:
-        state = ckpt_io.load_checkpoint(path, map_location=device)
-        ckpt_io.check_task_dictionaries(state, path, task)
-        ckpt_io.check_optimizer(state, path, comp.optimizer, ck.reset_optimizer)
-        trainer.load_state_dict(state, ck.reset_optimizer, ck.reset_lr_scheduler, path,
-                                hint=_model_options_hint(state.get("config"), stored_config.get("model")))
-        train_state = state.get("train_state", {})
-        if not ck.reset_optimizer and not ck.reset_lr_scheduler:
-            trainer.num_updates = int(train_state.get("num_updates", 0))
-        else:
-            trainer.set_num_updates(int(train_state.get("num_updates", 0)))
-        progress.message(f"resumed from {path} at update {trainer.num_updates}")
-    else:
-        trainer.set_num_updates(0)
-
-    epoch = 1 if ck.reset_dataloader else int(train_state.get("epoch", 1))
-    task.load_dataset(opt.train_subset, epoch=epoch)
-    valid_subsets = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
-    for split in valid_subsets:
-        task.load_dataset(split)
-    bleu_cfg = configs.get("eval_bleu")
-    bleu = BleuValidator(bleu_cfg, task, model, device, seed) if valid_subsets and bleu_cfg and bleu_cfg.eval_bleu \
-        else None
-    epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,
-                                        shard_id=info.rank, epoch=epoch)
-    if not epoch_itr.batches:
-        budget = getattr(configs.get("task"), "max_tokens", None)
-        limits = task.dataset(opt.train_subset).limits_exceeded(task.max_positions(), budget) or \
-            ["--max-source-positions/--max-target-positions/--max-tokens"]
-        raise NmtError(f"{opt.train_subset}: no training batches: every pair was skipped as longer than "
-                       f"{' or '.join(limits)} allows (see the warning above); raise "
-                       + "/".join(limit.split()[0] for limit in limits))
-    if train_state.get("iterator") and not ck.reset_dataloader:
-        saved_shards = int(train_state.get("num_shards", info.world_size))  # older checkpoints: not recorded
-        epoch_itr.load_state_dict(_reshard(train_state["iterator"], saved_shards, info.world_size))
-        ckpt_io.check_data_position(epoch_itr.iterations_in_epoch, len(epoch_itr), path, configs["task"].data)
-    if info.is_master and not ck.no_save:  # after the resume and the data: a run refused above keeps its config.yaml
-        # `nmt-train --config config.yaml` repeats the run: every group, and of the common options the seed
+def _write_config(configs: dict[str, Any], ck, info) -> None:
+    """``config.yaml``: `nmt-train --config config.yaml` repeats the run (every group, and of the common
+    options the seed). Written after the resume and the data, so a run refused there keeps its config.yaml."""
+    if info.is_master and not ck.no_save:
+        seed = configs["common"].seed
         ckpt_io.write_text_atomically(os.path.join(ck.save_dir, "config.yaml"),
                                       dump_yaml({k: v for k, v in configs.items() if k != "common"},
                                                 extra={"common": {"seed": seed}}))
 
-    best = train_state.get("best")
-    bad_validations = int(train_state.get("patience_counter", 0))
-    interval_meter, epoch_meter = Meter(), Meter()
-    if train_state.get("meters") and not ck.reset_meters:
-        interval_meter.load_state_dict(train_state["meters"].get("interval", {}))
-        epoch_meter.load_state_dict(train_state["meters"].get("epoch", {}))
-    wall_before = float(train_state.get("wall", 0.0))
-    start = time.perf_counter()
-    last_save_time = time.perf_counter()
-    peak = peak_tflops(device, precision_of(prec), lg.peak_tflops) if info.is_master else None
 
-    def wall() -> float:
-        return wall_before + time.perf_counter() - start
+def _train(configs: dict[str, Any], device, info) -> int:
+    seed, ck, lg = configs["common"].seed, configs["checkpoint"], configs["logging"]
+    if precision_of(configs["precision"]) == "fp16" and device.type != "cuda":
+        raise NmtError("--fp16/--amp needs a CUDA device; use --bf16 on CPU")
+    _prepare_save_dir(ck, info)
+    seed_everything(seed)
+    fmt = "simple" if lg.no_progress_bar and lg.log_format == "tqdm" else lg.log_format
+    progress = ProgressLogger(fmt, tensorboard_logdir=lg.tensorboard_logdir,
+                              enabled=info.is_master and fmt != "none")
+    parts = build_components(configs, device, info)
+    for line in describe(configs, parts, device, info):
+        progress.message(line)
+    stored_config = to_dict(configs)  # the plain config stored in checkpoints: every group
+    path, state = resume(parts.trainer, parts.task, ck, configs["components"].optimizer, device, stored_config,
+                         progress)
+    epoch = 1 if ck.reset_dataloader else state.epoch
+    epoch_itr, valid_splits, bleu = load_data(configs, parts, seed, info, device, epoch)
+    restore_data_position(epoch_itr, state, ck, info.world_size, path, configs["task"].data)
+    _write_config(configs, ck, info)
+    validator = Validator(parts.task, parts.trainer, progress, valid_splits, ck, seed, info, device, bleu)
+    run = TrainingRun(configs, parts, progress, epoch_itr, validator, state, stored_config, device, info)
+    if valid_splits and configs["optimization"].validate_at_start and path is None and parts.trainer.num_updates == 0:
+        validator(epoch_itr.epoch, run.patience.best, count_for_best=False)  # eval mode: no RNG drawn
+    return run.run()
 
-    def better(value: float) -> bool:
-        if best is None:
-            return True
-        return value > best if ck.maximize_best_checkpoint_metric else value < best
 
-    last_valid_loss: Optional[float] = None  # the first split's loss at the latest validation
+class TrainingRun:
+    """The epochs of one run, from the state it resumed (or started) at until a stop rule ends it.
 
-    def validate(count_for_best: bool = True) -> Optional[float]:
-        """Loss statistics of every validation split (BLEU too on the first, with --eval-bleu); returns the
-        first split's --best-checkpoint-metric."""
-        nonlocal last_valid_loss
-        first = None
-        for index, split in enumerate(valid_subsets):
-            itr = task.get_batch_iterator(split=split, seed=seed, num_shards=info.world_size, shard_id=info.rank,
-                                          epoch=1, shuffle=False)
-            with_bleu = bleu is not None and index == 0
-            if with_bleu:
-                bleu.start()
-            sums = torch.zeros(5, dtype=torch.float64)
-            for sample in itr.next_epoch_itr(shuffle=False):
-                out = trainer.valid_step(sample)
-                sums += torch.tensor([out[k] for k in ("sample_size", "loss", "nll_loss", "ntokens", "nsentences")],
-                                     dtype=torch.float64)
-                if with_bleu:
-                    bleu.add(sample)
-            if info.world_size > 1:
-                sums = distributed.all_reduce_sum(sums.to(device)).cpu()
-            agg = dict(zip(("sample_size", "loss", "nll_loss", "ntokens", "nsentences"), sums.tolist()))
-            m = derived_metrics(agg)
-            m["wps"] = 0.0
-            stats = {"epoch": epoch_itr.epoch, "loss": round(m["loss"], 4), "nll_loss": round(m["nll_loss"], 4),
-                     "ppl": round(m["ppl"], 2), "num_updates": trainer.num_updates}
-            if with_bleu:
-                counts = bleu.stats()
-                if info.world_size > 1:
-                    counts = distributed.all_reduce_sum(counts.to(device)).cpu()
-                m["bleu"] = bleu_from_stats(counts)
-                stats["bleu"] = round(m["bleu"], 2)
-                if bleu.sample_line():
-                    progress.message(bleu.sample_line())
-            if index == 0:
-                last_valid_loss = m["loss"]
-            if index == 0 and count_for_best:
-                metric = m[ck.best_checkpoint_metric]  # a known name: CheckpointConfig.validate, check_together
-                first = metric
-                stats[f"best_{ck.best_checkpoint_metric}"] = round(metric if better(metric) else best, 4)
-            progress.print(stats, tag=split if split.startswith("valid") else f"valid_{split}",
-                           step=trainer.num_updates)
-        return first
+    It owns what changes while training and goes into the checkpoint: the best metric and patience, the
+    train meters, the wall clock and the time of the last save.
+    """
 
-    def save(end_of_epoch: bool, val: Optional[float], reason_updates: bool) -> None:
-        nonlocal last_save_time
-        if ck.no_save or not info.is_master:
+    def __init__(self, configs, parts: Components, progress, epoch_itr, validator: Validator, state: TrainState,
+                 stored_config: dict, device, info):
+        self.opt, self.ck, self.lg = configs["optimization"], configs["checkpoint"], configs["logging"]
+        self.parts, self.trainer, self.progress = parts, parts.trainer, progress
+        self.epoch_itr, self.validator, self.device, self.info = epoch_itr, validator, device, info
+        self.stored_config, self.dictionaries = stored_config, ckpt_io.task_dictionaries_record(parts.task)
+        self.patience = Patience(state.best, state.patience_counter)
+        self.interval_meter, self.epoch_meter = Meter(), Meter()
+        if state.meters and not self.ck.reset_meters:
+            self.interval_meter.load_state_dict(state.meters.get("interval", {}))
+            self.epoch_meter.load_state_dict(state.meters.get("epoch", {}))
+        self.pending_rng = state.rng if not self.ck.reset_dataloader else None  # the interrupted run's RNG stream
+        self.wall_before = state.wall
+        self.start = self.last_save_time = time.perf_counter()
+        self.peak = peak_tflops(device, precision_of(configs["precision"]), self.lg.peak_tflops) \
+            if info.is_master else None
+        self.graphs_logged = 0
+        self.stop = StopFlag()
+        self.vote = StopVote(device, info.world_size)  # under DDP every rank stops at the same update
+
+    def wall(self) -> float:
+        """Training seconds, those before the resume included."""
+        return self.wall_before + time.perf_counter() - self.start
+
+    def run(self) -> int:
+        self.stop.install()
+        self.progress.set_budget(self.opt.max_update, self.opt.max_epoch, self.opt.stop_time_hours,
+                                 self.trainer.num_updates, self.wall())
+        reason = None
+        try:
+            while reason is None:
+                reason = limit_reached(self.epoch_itr.epoch, self.epoch_itr.end_of_epoch(),
+                                       self.trainer.num_updates, self.opt)
+                if reason is None:
+                    reason = self.epoch()
+            self.absorb()  # the skipped-update rules see the last updates too
+            self.log_graphs(final=True)
+        finally:
+            self.stop.restore()
+            self.progress.close()
+        self.finish(reason)
+        return 0
+
+    def epoch(self) -> Optional[str]:
+        """Train until the epoch ends or a stop rule fires; returns the reason to stop (``None``: go on)."""
+        itr = self.epoch_itr.next_epoch_itr(shuffle=True)
+        if self.pending_rng is not None:
+            set_rng_state(self.pending_rng)
+            self.pending_rng = None
+        self.progress.start_epoch(self.epoch_itr.epoch, len(self.epoch_itr) if hasattr(self.epoch_itr, "__len__")
+                                  else None, initial=getattr(self.epoch_itr, "iterations_in_epoch", 0))
+        reason, end_of_epoch, metric = None, False, None
+        with Prefetcher(itr, self.parts.prepare, self.device) as batches:  # collated, padded, pinned ahead
+            for samples in _grouped(batches, self.opt.update_freq):
+                end_of_epoch = self.train_step(samples)
+                reason, metric = self.after_update(end_of_epoch)
+                if reason is not None or end_of_epoch:
+                    break
+        self.progress.end_epoch()
+        if end_of_epoch:
+            self.end_epoch(metric)
+        elif reason is None:
+            reason = "the data iterator ended"
+        return reason
+
+    def train_step(self, samples) -> bool:
+        """One update (no read of the device inside), logged every --log-interval; returns end of epoch."""
+        self.trainer.train_step(samples)
+        self.progress.advance(len(samples), self.trainer.num_updates)  # host counts only
+        n = self.trainer.num_updates  # a skipped update counts too
+        itr = self.epoch_itr
+        end_of_epoch = not itr.has_next() if hasattr(itr, "has_next") else itr.end_of_epoch()
+        if self.lg.log_interval > 0 and n % self.lg.log_interval == 0:
+            self.absorb()
+            self.progress.log(self.train_stats(self.interval_meter), tag="train_inner", step=n)
+            self.interval_meter.reset()
+            self.log_graphs()
+        return end_of_epoch
+
+    def after_update(self, end_of_epoch: bool) -> tuple[Optional[str], Optional[float]]:
+        """Validate, save and stop as :func:`decide` rules; returns the stop reason and the metric."""
+        time_up, signalled = self.vote.vote(
+            self.opt.stop_time_hours > 0 and self.wall() > self.opt.stop_time_hours * 3600,
+            self.stop.signum is not None)
+        facts = UpdateFacts(num_updates=self.trainer.num_updates, epoch=self.epoch_itr.epoch,
+                            end_of_epoch=end_of_epoch, time_up=time_up, signalled=signalled,
+                            signal_name=None if self.stop.signum is None else signal.Signals(self.stop.signum).name,
+                            seconds_since_save=time.perf_counter() - self.last_save_time,
+                            can_validate=bool(self.validator.splits))
+        decision = decide(facts, self.ck, self.opt)
+        if decision.validate or decision.save:
+            self.trainer.snapshot_rng()
+            self.absorb()  # the meters saved with the checkpoint hold every update so far
+        metric = None
+        if decision.validate:
+            metric = self.validator(self.epoch_itr.epoch, self.patience.best)
+            decision, self.patience = after_validation(decision, metric, self.patience, self.ck)
+        if decision.save:
+            self.save(decision, end_of_epoch, metric)
+        return decision.stop, metric
+
+    def train_state(self) -> TrainState:
+        return TrainState(
+            epoch=self.epoch_itr.epoch, num_updates=self.trainer.num_updates, iterator=self.epoch_itr.state_dict(),
+            num_shards=self.info.world_size, best=self.patience.best,
+            patience_counter=self.patience.bad_validations, rng=self.trainer.last_rng_state, wall=self.wall(),
+            meters={"interval": self.interval_meter.state_dict(), "epoch": self.epoch_meter.state_dict()})
+
+    def save(self, decision: Decision, end_of_epoch: bool, metric: Optional[float]) -> None:
+        """Write the checkpoint files :func:`checkpoints.checkpoint_names` chooses (one write, then copies),
+        then delete those beyond the --keep-* limits. A NaN weight or metric stops the run instead."""
+        ck = self.ck
+        if ck.no_save or not self.info.is_master:
             return
-        e, n = epoch_itr.epoch, trainer.num_updates
-        state = trainer.state_dict()
-        ckpt_io.check_finite_for_save(state["model"], val, ck.save_dir, n)
-        state["config"] = stored_config
+        e, n = self.epoch_itr.epoch, self.trainer.num_updates
+        state = self.trainer.state_dict()
+        ckpt_io.check_finite_for_save(state["model"], metric, ck.save_dir, n)
+        state["config"] = self.stored_config
         state["version"] = ckpt_io.VERSION
-        state["dictionaries"] = dictionaries
-        state["train_state"] = {
-            "epoch": e, "num_updates": n, "iterator": epoch_itr.state_dict(), "num_shards": info.world_size,
-            "best": best, "patience_counter": bad_validations,
-            "rng": trainer.last_rng_state, "wall": wall(),
-            "meters": {"interval": interval_meter.state_dict(), "epoch": epoch_meter.state_dict()},
-        }
-        names = []
-        if end_of_epoch and not ck.no_epoch_checkpoints and e % ck.save_interval == 0:
-            names.append(ckpt_io.epoch_name(e))
-        if reason_updates:  # --no-epoch-checkpoints leaves update checkpoints on, as in fairseq
-            names.append(ckpt_io.update_name(e, n))
-        if val is not None and val == best:
-            names.append("checkpoint_best.pt")
-            if ck.keep_best_checkpoints > 0:
-                names.append(ckpt_io.best_k_name(ck.best_checkpoint_metric, val))
-        if not ck.no_last_checkpoints:
-            names.append("checkpoint_last.pt")
+        state["dictionaries"] = self.dictionaries
+        state["train_state"] = self.train_state().to_dict()
+        names = ckpt_io.checkpoint_names(ck, e, n, end_of_epoch, decision.update_checkpoint, metric,
+                                         self.patience.best)
         if not names:
             return
         first = os.path.join(ck.save_dir, names[0])
@@ -319,130 +241,48 @@ def _train(configs, comp, opt, ck, prec, lg, device, info) -> int:
             ckpt_io.copy_checkpoint(first, os.path.join(ck.save_dir, name))
         ckpt_io.cleanup(ck.save_dir, ck.keep_last_epochs, ck.keep_interval_updates,
                         ck.keep_best_checkpoints, ck.maximize_best_checkpoint_metric)
-        last_save_time = time.perf_counter()
+        self.last_save_time = time.perf_counter()
         logger.info("saved %s (epoch %d, %d updates)", ", ".join(names), e, n)
 
-    def log_stats(meter: Meter) -> dict:
-        return train_stats(meter, trainer.get_lr(), trainer.loss_scale(), model, peak, info.world_size, wall())
+    def end_epoch(self, metric: Optional[float]) -> None:
+        """The epoch's ``train`` line, and the LR schedule's end-of-epoch step.
 
-    if valid_subsets and opt.validate_at_start and path is None and trainer.num_updates == 0:
-        validate(count_for_best=False)  # eval mode, no RNG drawn: the run continues exactly as without it
-    stop = StopFlag()
-    stop.install()
-    vote = StopVote(device, info.world_size)  # under DDP every rank stops at the same update
-    max_update = opt.max_update or math.inf
-    max_epoch = opt.max_epoch or math.inf
-    multiple = resolve_pad_multiple(opt.pad_to_multiple, compiling, device)
-    prepare = None if multiple == 1 else functools.partial(
-        pad_to_multiple, multiple=multiple, src_pad=task.source_dictionary.pad(), tgt_pad=task.target_dictionary.pad(),
-        max_positions=model.max_positions() if hasattr(model, "max_positions") else (None, None))
-    graphs_logged = [0]
+        reduce_lr_on_plateau reads this epoch's validation loss (not the best metric: a BLEU, or the best of
+        earlier validations, would read as a loss that never rose); ``None`` when the epoch's last update
+        was not validated."""
+        self.absorb()
+        stats = self.train_stats(self.epoch_meter)
+        stats["epoch"] = self.epoch_itr.epoch
+        self.progress.print(stats, tag="train", step=self.trainer.num_updates)
+        self.epoch_meter.reset()
+        self.parts.lr_scheduler.step(self.epoch_itr.epoch, self.validator.last_loss if metric is not None else None)
 
-    def absorb() -> None:
+    def absorb(self) -> None:
         """The updates' statistics, read from the device (Trainer.take_stats: the one host read, and where the
         skipped-update rules are checked), into the meters one update at a time."""
-        for values in trainer.take_stats():
-            for meter in (interval_meter, epoch_meter):
+        for values in self.trainer.take_stats():
+            for meter in (self.interval_meter, self.epoch_meter):
                 if values is None:
                     meter.add({"skipped": 1.0}, count=0)
                 else:
                     meter.add(values)
 
-    def log_graphs(final: bool = False) -> None:
-        graphs = trainer.compiled_graphs()
-        if graphs is not None and (graphs != graphs_logged[0] or final):
-            graphs_logged[0] = graphs
-            progress.message(f"torch.compile: {graphs} graphs compiled " +
-                             ("in all" if final else f"by update {trainer.num_updates}"))
+    def train_stats(self, meter: Meter) -> dict:
+        return train_stats(meter, self.trainer.get_lr(), self.trainer.loss_scale(), self.parts.model, self.peak,
+                           self.info.world_size, self.wall())
 
-    progress.set_budget(opt.max_update, opt.max_epoch, opt.stop_time_hours, trainer.num_updates, wall())
-    reason = None
-    try:
-        while reason is None:
-            if epoch_itr.epoch > max_epoch or (epoch_itr.epoch == max_epoch and epoch_itr.end_of_epoch()):
-                reason = f"reached --max-epoch {opt.max_epoch}"
-                break
-            if trainer.num_updates >= max_update:
-                reason = f"reached --max-update {opt.max_update}"
-                break
-            itr = epoch_itr.next_epoch_itr(shuffle=True)
-            if train_state.get("rng") is not None and not ck.reset_dataloader:
-                set_rng_state(train_state.pop("rng"))  # the exact RNG stream of the interrupted run
-            progress.start_epoch(epoch_itr.epoch, len(epoch_itr) if hasattr(epoch_itr, "__len__") else None,
-                                 initial=getattr(epoch_itr, "iterations_in_epoch", 0))
-            end_of_epoch = False
-            with Prefetcher(itr, prepare, device) as batches:  # collated, padded and pinned ahead on a thread
-                for samples in _grouped(batches, opt.update_freq):
-                    trainer.train_step(samples)  # no read of the device inside
-                    progress.advance(len(samples), trainer.num_updates)  # host counts only
-                    n = trainer.num_updates  # a skipped update counts too
-                    end_of_epoch = not epoch_itr.has_next() if hasattr(epoch_itr, "has_next") else epoch_itr.end_of_epoch()
-                    if lg.log_interval > 0 and n % lg.log_interval == 0:
-                        absorb()
-                        progress.log(log_stats(interval_meter), tag="train_inner", step=n)
-                        interval_meter.reset()
-                        log_graphs()
-                    time_up, signalled = vote.vote(opt.stop_time_hours > 0 and wall() > opt.stop_time_hours * 3600,
-                                                   stop.signum is not None)
-                    stop_now = None
-                    if n >= max_update:
-                        stop_now = f"reached --max-update {opt.max_update}"
-                    elif time_up:
-                        stop_now = f"reached --stop-time-hours {opt.stop_time_hours}"
-                    elif signalled:
-                        stop_now = f"received {signal.Signals(stop.signum).name}" if stop.signum is not None \
-                            else "another rank stopped"
-                    by_updates = ck.save_interval_updates > 0 and n % ck.save_interval_updates == 0
-                    by_minutes = ck.save_interval_minutes > 0 and time.perf_counter() - last_save_time >= ck.save_interval_minutes * 60
-                    do_validate = bool(valid_subsets) and not signalled and (
-                        (end_of_epoch and epoch_itr.epoch % opt.validate_interval == 0)
-                        or (opt.validate_interval_updates > 0 and n % opt.validate_interval_updates == 0)
-                        or (stop_now is not None and stop_now.startswith("reached")))
-                    do_save = end_of_epoch or by_updates or by_minutes or stop_now is not None
-                    if do_validate or do_save:
-                        trainer.snapshot_rng()
-                        absorb()  # the meters saved with the checkpoint hold every update so far
-                    val = None
-                    if do_validate:
-                        val = validate()
-                        if val is not None:
-                            if better(val):
-                                best, bad_validations = val, 0
-                                do_save = True  # checkpoint_best.pt now, not only if a save happens to follow
-                            else:
-                                bad_validations += 1
-                            if ck.patience >= 0 and bad_validations >= ck.patience > 0 and stop_now is None:
-                                stop_now = (f"early stop: {ck.best_checkpoint_metric} did not improve for "
-                                            f"{ck.patience} validations (--patience)")
-                                do_save = True  # the run ends here: checkpoint_last.pt is this update
-                    if do_save:
-                        save(end_of_epoch and (epoch_itr.epoch % ck.save_interval == 0), val,
-                             by_updates or by_minutes)
-                    if stop_now is not None:
-                        reason = stop_now
-                        break
-                    if end_of_epoch:
-                        break
-            progress.end_epoch()
-            if end_of_epoch:
-                absorb()
-                stats = log_stats(epoch_meter)
-                stats["epoch"] = epoch_itr.epoch
-                progress.print(stats, tag="train", step=trainer.num_updates)
-                epoch_meter.reset()
-                # reduce_lr_on_plateau reads this epoch's validation loss (not the best metric: a BLEU, or
-                # the best of earlier validations, would read as a loss that never rose); None: not validated
-                lr_scheduler.step(epoch_itr.epoch, last_valid_loss if val is not None else None)
-            if reason is None and not end_of_epoch:
-                reason = "the data iterator ended"
-        absorb()  # the skipped-update rules see the last updates too
-        log_graphs(final=True)
-    finally:
-        stop.restore()
-        progress.close()
-    if info.is_master:
-        msg = f"done training: {reason}; {trainer.num_updates} updates in {wall():.0f}s"
-        if stop.signum is not None:
-            msg += f"; checkpoint_last.pt saved in {ck.save_dir}, run the same command to resume"
-        progress.message(msg) if progress.enabled else logger.info(msg)
-    return 0
+    def log_graphs(self, final: bool = False) -> None:
+        """How many graphs torch.compile has built (a growing count means recompiles), when it changes."""
+        graphs = self.trainer.compiled_graphs()
+        if graphs is not None and (graphs != self.graphs_logged or final):
+            self.graphs_logged = graphs
+            self.progress.message(f"torch.compile: {graphs} graphs compiled " +
+                                  ("in all" if final else f"by update {self.trainer.num_updates}"))
+
+    def finish(self, reason: str) -> None:
+        if not self.info.is_master:
+            return
+        msg = f"done training: {reason}; {self.trainer.num_updates} updates in {self.wall():.0f}s"
+        if self.stop.signum is not None:
+            msg += f"; checkpoint_last.pt saved in {self.ck.save_dir}, run the same command to resume"
+        self.progress.message(msg) if self.progress.enabled else logger.info(msg)
