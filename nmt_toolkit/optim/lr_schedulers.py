@@ -144,8 +144,8 @@ class PlateauConfig:
 
 @register_lr_scheduler("reduce_lr_on_plateau", PlateauConfig)
 class PlateauSchedule(Scheduler):
-    def __init__(self, cfg, optimizer, lr):
-        super().__init__(cfg, optimizer, lr)
+    def __init__(self, cfg, optimizer, lr: float, total_updates: int = 0):
+        super().__init__(cfg, optimizer, lr, total_updates)
         self.best: Optional[float] = None
         self.bad_epochs = 0
 
