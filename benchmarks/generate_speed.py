@@ -178,11 +178,11 @@ def bench(model, d, batches, beam: int, max_len_a: float, max_len_b: int, profil
 
 def _workers(args, batches) -> int:
     """nmt-generate's own rule (--decode-workers, or its default for these batches on this device)."""
-    from nmt_toolkit.cli.generate import GenerateIOConfig, _decode_workers
     from nmt_toolkit.generation.config import GenerationConfig
+    from nmt_toolkit.generation.translator import Engine, decode_workers
 
-    args.decode_workers = _decode_workers(GenerateIOConfig(decode_workers=args.decode_workers), GenerationConfig(),
-                                          torch.device(args.device), len(batches))
+    args.decode_workers = decode_workers(args.decode_workers, GenerationConfig(), Engine(device=torch.device(args.device)),
+                                         len(batches))
     return args.decode_workers
 
 
@@ -238,11 +238,11 @@ def main(argv=None) -> None:
               "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None, "early_stop": args.early_stop,
               "load_average_1min": round(os.getloadavg()[0], 2), "sentences": len(lines), "models": {}}
     if args.checkpoint:
-        from nmt_toolkit.generation.ensemble import load_ensemble
+        from nmt_toolkit.loading import load_models
         from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
 
         task = TranslationTask.setup_task(TranslationConfig(data=args.data))
-        models, _ = load_ensemble([args.checkpoint], task.src_dict, task.tgt_dict)
+        models, _ = load_models([args.checkpoint], task.src_dict, task.tgt_dict)
         codec = task.subword()
         ids = [task.src_dict.encode_tokens(p) for p in codec.encode_pieces_batch(lines)]
         batches = make_batches(ids, task.src_dict.pad(), args.batch_size, args.max_tokens)

@@ -53,7 +53,7 @@ def convert(configs: dict) -> int:
     import os
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.fairseq import load_checkpoint
+    from nmt_toolkit.export.fairseq_import import load_checkpoint
     from nmt_toolkit.training.checkpoints import save_checkpoint
 
     cfg: ConvertConfig = configs["convert"]

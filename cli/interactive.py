@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from nmt_toolkit.cli.generate import DecodeDeviceConfig
+from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.generation.config import GenerationConfig
 
@@ -38,10 +38,7 @@ class InteractiveIOConfig(DecodeDeviceConfig):
 
 
 def interactive(configs: dict) -> int:
-    import torch
-
-    from nmt_toolkit.cli.generate import _h_bpe_symbol, encode_lines, setup, source_limit
-    from nmt_toolkit.generation.output import hypothesis_lines, printable
+    from nmt_toolkit.data.lines import iter_lines
 
     gen: GenerationConfig = configs["generation"]
     io: InteractiveIOConfig = configs["io"]
@@ -49,47 +46,45 @@ def interactive(configs: dict) -> int:
         from nmt_toolkit.errors import UsageError
 
         raise UsageError("--score-reference and --prefix-size need references; use nmt-generate")
-    io.attention_plot = None
-    task, generator, detok, device = setup(configs)
-    codec = task.subword()
-    limit = source_limit(task, generator.model.max_positions()[0], budget=False)  # batches: --buffer-size lines
+    translator = load_translator(configs, need_attn=io.print_alignment)
     what = "stdin" if io.input == "-" else f"--input {io.input}"
-    h_bpe = _h_bpe_symbol(io, task)
-    pad = task.src_dict.pad()
-    next_id = 0
-    from nmt_toolkit.data.lines import iter_lines
-
     source = iter_lines(io.input, None if io.input == "-" else f"--input {io.input}")
-    out = sys.stdout
+    next_id = 0
     while True:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))
         if not chunk:
             break
-        ids = encode_lines(chunk, task, codec, limit, what, first_line=next_id + 1)
+        # a buffer is one batch of --buffer-size lines, so only the positions limit a line
+        ids = translator.encode(chunk, what, first=next_id + 1, budget=False)
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]
         results: dict[int, list] = {}
         if nonempty:
-            lengths = torch.tensor([len(ids[i]) for i in nonempty])
-            src = torch.full((len(nonempty), int(lengths.max())), pad, dtype=torch.long)
-            for row, i in enumerate(nonempty):
-                src[row, : len(ids[i])] = torch.from_numpy(ids[i].astype("int64"))
-            hyps = generator.generate(src.to(device), lengths.to(device), need_attn=io.print_alignment)
-            results = dict(zip(nonempty, hyps))
-        lines = []
-        for i, raw in enumerate(chunk):
-            sid = next_id + i
-            if i not in results:  # an empty line: an empty translation
-                lines.append("" if io.plain else f"S-{sid}\t\nH-{sid}\t0.0\t\nD-{sid}\t0.0\t\nP-{sid}\t")
-                continue
-            if io.plain:
-                lines.append(printable(detok(task.tgt_dict.string(results[i][0]["tokens"]))))
-            else:
-                lines.append(f"S-{sid}\t{printable(raw)}")
-                lines.extend(hypothesis_lines(sid, results[i], task.tgt_dict, detok, h_bpe, io.print_alignment))
-        out.write("\n".join(lines) + "\n")
-        out.flush()
+            sample = translator.collate([ids[i] for i in nonempty])
+            results = dict(zip(nonempty, translator.translate_batch(sample, need_attn=io.print_alignment)))
+        sys.stdout.write("\n".join(_buffer_lines(translator, io, chunk, results, next_id)) + "\n")
+        sys.stdout.flush()
         next_id += len(chunk)
     return 0
+
+
+def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results: dict, next_id: int) -> list[str]:
+    """The printed lines of one buffer: S-/H-/D-/P-(/A-) per line, or with --plain the translation alone."""
+    from nmt_toolkit.generation.output import hypothesis_lines, printable
+
+    tgt_dict, detok = translator.task.tgt_dict, translator.detokenize
+    h_bpe = h_bpe_symbol(io, translator.task)
+    lines = []
+    for i, raw in enumerate(chunk):
+        sid = next_id + i
+        if i not in results:  # an empty line: an empty translation
+            lines.append("" if io.plain else f"S-{sid}\t\nH-{sid}\t0.0\t\nD-{sid}\t0.0\t\nP-{sid}\t")
+            continue
+        if io.plain:
+            lines.append(printable(detok(tgt_dict.string(results[i][0]["tokens"]))))
+        else:
+            lines.append(f"S-{sid}\t{printable(raw)}")
+            lines.extend(hypothesis_lines(sid, results[i], tgt_dict, detok, h_bpe, io.print_alignment))
+    return lines
 
 
 def groups():

@@ -15,11 +15,12 @@ import sys
 import pytest
 import torch
 
+from nmt_toolkit import loading
 from nmt_toolkit.cli.convert import run as convert
 from nmt_toolkit.cli.export import run as export
 from nmt_toolkit.cli.generate import run as generate
 from nmt_toolkit.errors import DataError, NmtError
-from nmt_toolkit.export import fairseq, fairseq_export, fairseq_pickle
+from nmt_toolkit.export import fairseq_export, fairseq_import, fairseq_pickle
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "fairseq"
 BIN = str(FIX / "data-bin")
@@ -63,8 +64,8 @@ def test_fairseq_checkpoint_decodes_as_fairseq_generate(model, beam, capsys):
 @pytest.mark.parametrize("layout", ["model-omegaconf.pt", "model-args.pt"])
 def test_older_checkpoint_layouts_load_to_the_same_model(layout):
     """cfg as a pickled omegaconf DictConfig (fairseq 0.10/0.11), args as a Namespace only (<= 0.9)."""
-    reference = fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))
-    other = fairseq.load_checkpoint(str(FIX / "postnorm" / layout))
+    reference = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))
+    other = fairseq_import.load_checkpoint(str(FIX / "postnorm" / layout))
     assert other["config"]["model"] == reference["config"]["model"]
     assert all(torch.equal(other["model"][k], v) for k, v in reference["model"].items())
 
@@ -82,7 +83,7 @@ def test_a_planted_reduce_payload_is_refused_and_never_runs(tmp_path):
     with pytest.raises(DataError, match=r"refusing to load (posix|os|nt)\.system"):
         fairseq_pickle.read(str(path))
     with pytest.raises(DataError, match="refusing to load"):
-        fairseq.load_any_checkpoint(str(path))  # what nmt-generate --path does
+        loading.load_any_checkpoint(str(path))  # what nmt-generate --path does
     assert not marker.exists() and state["model"]
 
 
@@ -126,7 +127,7 @@ def test_our_export_decodes_in_fairseq_as_here(capsys):
 def test_export_then_import_gives_back_the_weights(tmp_path, capsys):
     ours = FIX / "exported" / "ours.pt"
     assert export([BIN, "--path", str(ours), "--format", "fairseq", "--output-dir", str(tmp_path / "fs")]) == 0
-    back = fairseq.load_checkpoint(str(tmp_path / "fs" / "checkpoint.pt"))
+    back = fairseq_import.load_checkpoint(str(tmp_path / "fs" / "checkpoint.pt"))
     original = torch.load(ours, weights_only=True)["model"]
     for key, value in original.items():
         if "embed_positions" in key:
@@ -163,14 +164,14 @@ def test_convert_then_fine_tune_with_nmt_train(tmp_path, capsys):
 def test_what_fairseq_cannot_hold_or_we_cannot_build_is_refused():
     from nmt_toolkit.models.transformer import TransformerConfig
 
-    args = fairseq.model_args({"args": {"arch": "transformer", "layernorm_embedding": True}})
-    assert fairseq.transformer_config(args).layernorm_embedding  # mapped, not refused
+    args = fairseq_import.model_args({"args": {"arch": "transformer", "layernorm_embedding": True}})
+    assert fairseq_import.transformer_config(args).layernorm_embedding  # mapped, not refused
     with pytest.raises(NmtError, match="adaptive_softmax_cutoff"):
-        fairseq.transformer_config({**args, "adaptive_softmax_cutoff": "1000,2000"})
+        fairseq_import.transformer_config({**args, "adaptive_softmax_cutoff": "1000,2000"})
     with pytest.raises(NmtError, match="encoder_embed_dim=512 differs from decoder_embed_dim=256"):
-        fairseq.transformer_config({**args, "decoder_embed_dim": 256})
+        fairseq_import.transformer_config({**args, "decoder_embed_dim": 256})
     with pytest.raises(NmtError, match="transformer_lm"):
-        fairseq.model_args({"args": {"arch": "transformer_lm"}})
+        fairseq_import.model_args({"args": {"arch": "transformer_lm"}})
     with pytest.raises(NmtError, match="--key-dim 32 cannot be represented in fairseq"):
         fairseq_export.check_exportable(TransformerConfig(key_dim=32), "ck.pt")
 
@@ -178,7 +179,7 @@ def test_what_fairseq_cannot_hold_or_we_cannot_build_is_refused():
 def test_published_architecture_presets_fill_what_old_checkpoints_lack():
     """fairseq <= 0.9 checkpoints (the published WMT models) carry the preset's values only if the user typed
     them: transformer_vaswani_wmt_en_de_big means 1024/4096/16 heads, dropout 0.3 (fairseq's presets)."""
-    cfg = fairseq.transformer_config(fairseq.model_args({"args": {"arch": "transformer_vaswani_wmt_en_de_big",
+    cfg = fairseq_import.transformer_config(fairseq_import.model_args({"args": {"arch": "transformer_vaswani_wmt_en_de_big",
                                                                   "share_all_embeddings": True}}))
     assert (cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads, cfg.dropout) == (1024, 4096, 16, 0.3)
     assert cfg.share_all_embeddings and cfg.sinusoid_layout == "fairseq" and not cfg.normalize_before
@@ -204,7 +205,7 @@ def test_weights_round_trip_through_fairseq_names(options):
     state = TransformerModel.build_model(cfg, src, tgt).state_dict()
     theirs = fairseq_export.fairseq_state_dict(state, cfg, src.pad())
     assert ("encoder.layernorm_embedding.weight" in theirs) == bool(options.get("layernorm_embedding"))
-    back = fairseq.convert_state_dict(theirs, src.pad())
+    back = fairseq_import.convert_state_dict(theirs, src.pad())
     assert set(back) == set(state) and all(torch.equal(back[k], v) for k, v in state.items())
 
 
@@ -265,8 +266,8 @@ def test_old_fairseq_weight_names_load_as_fairseq_renames_them(tied, tmp_path, c
     state = fairseq_pickle.read(str(FIX / "postnorm" / "model-args.pt"))
     shared = {} if tied else dict(share_all_embeddings=False, share_decoder_input_output_embed=False)
     path = rewrite(tmp_path / "old.pt", "postnorm/model-args.pt", old_fairseq_layout(state["model"], tied), **shared)
-    converted = fairseq.load_checkpoint(path)["model"]
-    reference = fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"]
+    converted = fairseq_import.load_checkpoint(path)["model"]
+    reference = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"]
     if tied:
         assert set(converted) == set(reference)
         assert all(torch.equal(converted[k], v) for k, v in reference.items())
@@ -283,7 +284,7 @@ def test_a_missing_fairseq_tensor_is_named_on_one_line():
     del state["decoder.layers.1.encoder_attn.k_proj.bias"]
     with pytest.raises(NmtError, match=r"^fairseq tensor 'decoder\.layers\.1\.encoder_attn\.k_proj\.bias' is "
                                        r"missing[^\n]*$"):
-        fairseq.convert_state_dict(state)
+        fairseq_import.convert_state_dict(state)
 
 
 @pytest.mark.parametrize("versions,refused", [
@@ -299,14 +300,14 @@ def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(vers
     model.update({k: torch.tensor([v]) for k, v in versions.items()})
     path = rewrite(tmp_path / "old.pt", "prenorm/model.pt", model)
     if refused is None:
-        assert "decoder.layer_norm.weight" in fairseq.load_checkpoint(path)["model"]
+        assert "decoder.layer_norm.weight" in fairseq_import.load_checkpoint(path)["model"]
         return
     with pytest.raises(NmtError, match=rf"^{re.escape(path)}: {re.escape(refused)} .*no final LayerNorm"):
-        fairseq.load_checkpoint(path)
+        fairseq_import.load_checkpoint(path)
     postnorm = rewrite(tmp_path / "post.pt", "postnorm/model.pt", {
         k: v for k, v in fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))["model"].items()
         if not k.endswith(".version")})
-    fairseq.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
+    fairseq_import.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
 
 
 def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp_path):
@@ -320,9 +321,9 @@ def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp
                    {k: v for k, v in state.items() if not k.startswith("decoder.layer_norm.")},
                    no_decoder_final_norm=True)
     with pytest.raises(NmtError, match=r"fairseq option no_decoder_final_norm=True is not supported"):
-        fairseq.load_checkpoint(path)
-    post = fairseq.load_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
-    assert post["model"].keys() == fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
+        fairseq_import.load_checkpoint(path)
+    post = fairseq_import.load_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
+    assert post["model"].keys() == fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
 
 
 def test_fairseq_checkpoints_read_the_same_under_torch_force_weights_only_load(monkeypatch, tmp_path):
@@ -351,5 +352,5 @@ def test_a_fairseq_checkpoint_in_torchs_older_file_format_loads_the_same(tmp_pat
         assert torch.equal(again["model"][k], v) and again["model"][k].dtype == v.dtype, k
     for k, v in reference["extra"].items():
         assert torch.equal(again["extra"][k], v) and again["extra"][k].dtype == v.dtype, k
-    reference_config = fairseq.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
-    assert fairseq.converted(again, str(legacy))["config"]["model"] == reference_config
+    reference_config = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
+    assert fairseq_import.converted(again, str(legacy))["config"]["model"] == reference_config

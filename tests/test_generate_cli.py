@@ -292,22 +292,22 @@ def test_decode_workers_print_the_same_lines(setup_dir, capsys):
 
 
 def test_default_decode_workers_one_per_thread_on_the_cpu_only(monkeypatch):
-    from nmt_toolkit.cli.generate import GenerateIOConfig, _decode_workers
     from nmt_toolkit.generation.config import GenerationConfig
+    from nmt_toolkit.generation.translator import Engine, decode_workers
 
-    cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    auto, beam, sampling = GenerateIOConfig(), GenerationConfig(), GenerationConfig(sampling=True)
+    cpu, gpu = Engine(device=torch.device("cpu")), Engine(device=torch.device("cuda"))
+    beam, sampling = GenerationConfig(), GenerationConfig(sampling=True)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert _decode_workers(auto, beam, cpu, num_batches=16) == 2
-    assert _decode_workers(auto, beam, cpu, num_batches=8) == 2
-    assert _decode_workers(auto, beam, cpu, num_batches=7) == 1  # too few batches: the tail would cost the gain
-    assert _decode_workers(auto, beam, cpu, num_batches=1) == 1
-    assert _decode_workers(auto, beam, gpu, num_batches=16) == 1
-    assert _decode_workers(auto, sampling, cpu, num_batches=16) == 1
+    assert decode_workers(None, beam, cpu, num_batches=16) == 2
+    assert decode_workers(None, beam, cpu, num_batches=8) == 2
+    assert decode_workers(None, beam, cpu, num_batches=7) == 1  # too few batches: the tail would cost the gain
+    assert decode_workers(None, beam, cpu, num_batches=1) == 1
+    assert decode_workers(None, beam, gpu, num_batches=16) == 1
+    assert decode_workers(None, sampling, cpu, num_batches=16) == 1
     monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
-    assert _decode_workers(auto, beam, cpu, num_batches=64) == 4  # then 4 threads each
-    assert _decode_workers(auto, beam, cpu, num_batches=12) == 3
-    assert _decode_workers(GenerateIOConfig(decode_workers=3), beam, cpu, num_batches=16) == 3
+    assert decode_workers(None, beam, cpu, num_batches=64) == 4  # then 4 threads each
+    assert decode_workers(None, beam, cpu, num_batches=12) == 3
+    assert decode_workers(3, beam, cpu, num_batches=16) == 3
 
 
 def test_decode_batches_keeps_order_and_raises_in_the_caller():

@@ -78,6 +78,19 @@ def test_empty_lines_translate_to_empty_text_in_place(trained_translation):
     assert results[0].text and results[2].text
 
 
+def test_a_sentence_longer_than_the_model_takes_is_refused_by_number(trained_translation):
+    """As the programs do: a cut sentence would be a wrong translation, a dropped one a missing one. The
+    number counts from 1 over the whole input, across the chunks of translate_stream."""
+    from nmt_toolkit.errors import DataError
+
+    t = trained_translation
+    translator = Translator.load(str(t.first), data=str(t.data), max_tokens=40)
+    long = " ".join(["dog"] * 60)
+    with pytest.raises(DataError, match=r"Translator input sentence 3: \d+ tokens .* more than the 40 of --max-tokens"):
+        list(translator.translate_stream(["A dog.", "A cat.", long], chunk_size=2))
+    assert translator.translate(["A dog."])[0].text
+
+
 def test_bad_options_are_refused_by_name(trained_translation):
     from nmt_toolkit.errors import NmtError
 

@@ -151,7 +151,7 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     require_ctranslate2()
     import ctranslate2
 
-    from nmt_toolkit.generation.ensemble import load_ensemble
+    from nmt_toolkit.loading import load_models
     from nmt_toolkit.training.checkpoints import current_umask, task_dictionaries
     from nmt_toolkit.tasks.translation import read_preprocess_json
 
@@ -160,7 +160,7 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)) and not overwrite:
         raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace it)")
     src, tgt, langs, files = task_dictionaries(task)
-    models, configs = load_ensemble([checkpoint], src, tgt, files, langs=langs)
+    models, configs = load_models([checkpoint], src, tgt, files, langs=langs)
     model = models[0]
     check_exportable(model, checkpoint)
     spec = build_spec(model, task.src_dict, task.tgt_dict)

@@ -1,6 +1,6 @@
 """Our transformer → a fairseq 0.12 checkpoint that ``fairseq-generate`` loads and decodes.
 
-The weights are :func:`nmt_toolkit.export.fairseq.convert_state_dict` run backwards (fused projections
+The weights are :func:`nmt_toolkit.export.fairseq_import.convert_state_dict` run backwards (fused projections
 split into Q, K, V; norms renamed). The options are written as an ``argparse.Namespace`` under ``args``,
 the layout of fairseq's published models, which every fairseq version reads (it rebuilds its ``cfg``
 from it). Positions: a model with fairseq's sinusoid layout is exported as fairseq's sinusoidal module; the

@@ -17,7 +17,6 @@ stack's final LayerNorm (:func:`final_norms_dropped`).
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Mapping
 
@@ -269,27 +268,3 @@ def converted(state: dict, path: str) -> dict:
             "config": {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
                        "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path,
                                                                "arch": args.get("arch")}}}
-
-
-def load_any_checkpoint(path: str) -> dict:
-    """One of our checkpoints, or a fairseq checkpoint converted on the fly (``nmt-generate --path``
-    accepts both). A file that is neither keeps our loader's error; a pickle naming a class that a
-    checkpoint never holds (a planted ``__reduce__``) is refused by name."""
-    from nmt_toolkit.errors import DataError
-    from nmt_toolkit.export import fairseq_pickle
-    from nmt_toolkit.training.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
-
-    try:
-        return load_ours(path)
-    except DataError as ours:
-        if not os.path.isfile(path) or is_torchscript_archive(path):
-            raise
-        try:
-            state = fairseq_pickle.read(path)
-        except DataError as theirs:
-            if "refusing to load" in str(theirs):
-                raise theirs from None
-            raise ours from None
-        if not is_fairseq_checkpoint(state):
-            raise ours from None
-    return converted(state, path)

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from nmt_toolkit.errors import UsageError
+from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
 
 logger = logging.getLogger("nmt_toolkit.translator")
@@ -125,9 +125,15 @@ class Translator:
 
     # ------------------------------------------------------------------ translating
 
-    @property
-    def max_source_positions(self) -> int:
-        return min(self.generator.model.max_positions()[0], self.task.max_positions()[0])
+    def source_limit(self, budget: bool = True) -> tuple[int, str]:
+        """The longest source line (tokens, its EOS included) that can be translated, and what sets it: the
+        model's positions, ``max_source_positions``, and for batches made by :meth:`batches` (``budget``)
+        ``max_tokens``, since a longer line fits in no batch."""
+        limits = [(self.generator.model.max_positions()[0], "the model's source positions"),
+                  (self.task.cfg.max_source_positions, "--max-source-positions")]
+        if budget and self.task.cfg.max_tokens:
+            limits.append((self.task.cfg.max_tokens, "--max-tokens"))
+        return min(limits, key=lambda limit: limit[0])
 
     def with_options(self, **options: Any) -> "Translator":
         """The same loaded model with other search options (``beam=8``, ``nbest=4`` …); nothing is reloaded."""
@@ -145,10 +151,12 @@ class Translator:
             generator = _beam_search(self.models, self.task, gen, self.engine)
         return Translator(self.task, generator, self.detokenize, self.engine, gen, self.models)
 
-    def encode(self, lines: Sequence[str], what: str = "input") -> list[np.ndarray]:
-        """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended, and a
-        line longer than the model's source positions truncated with a warning naming it."""
-        return encode_lines(lines, self.task, self.task.subword(), self.max_source_positions, what)
+    def encode(self, lines: Sequence[str], what: str = "input", first: int = 1, budget: bool = True,
+               unit: str = "line") -> list[np.ndarray]:
+        """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended. A line
+        longer than :meth:`source_limit` is a :class:`DataError` naming it (``what`` ``unit`` number, counted
+        from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none."""
+        return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit)
 
     def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
         """Translate ``sentences`` (raw text, one sentence each); results in input order."""
@@ -159,16 +167,18 @@ class Translator:
         """Translate an iterable of any length, ``chunk_size`` sentences at a time, yielding in input order."""
         translator = self.with_options(**options)
         chunk: list[str] = []
+        done = 0
         for sentence in sentences:
             chunk.append(sentence)
             if len(chunk) == chunk_size:
-                yield from translator._translate_chunk(chunk)
+                yield from translator._translate_chunk(chunk, done + 1)
+                done += len(chunk)
                 chunk = []
         if chunk:
-            yield from translator._translate_chunk(chunk)
+            yield from translator._translate_chunk(chunk, done + 1)
 
-    def _translate_chunk(self, sentences: list[str]) -> list[Translation]:
-        ids = self.encode(sentences)
+    def _translate_chunk(self, sentences: list[str], first: int) -> list[Translation]:
+        ids = self.encode(sentences, "Translator input", first, unit="sentence")
         results: dict[int, list[dict]] = {}
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty line has only its EOS
         if nonempty:
@@ -182,7 +192,7 @@ class Translator:
     def batches(self, dataset, num_shards: int = 1, shard_id: int = 0):
         """nmt-generate's batches of ``dataset``: by length, within the task's ``max_tokens``, in a fixed order."""
         return self.task.get_batch_iterator(dataset, required_batch_size_multiple=1,
-                                            max_positions=(self.max_source_positions, None), shuffle=False,
+                                            max_positions=(self.source_limit()[0], None), shuffle=False,
                                             num_shards=num_shards, shard_id=shard_id).next_epoch_itr(shuffle=False)
 
     def decode(self, batches, need_attn: bool = False, workers: Optional[int] = None):
@@ -194,6 +204,15 @@ class Translator:
             workers = decode_workers(None, self.gen, self.engine, len(batches))
         with torch.inference_mode():
             yield from decode_batches(batches, lambda sample: self.translate_batch(sample, need_attn), workers)
+
+    def collate(self, ids: Sequence[np.ndarray]) -> dict:
+        """Encoded lines as one batch in their own order, right-padded (nmt-interactive's buffer: answered as
+        it arrives, without sorting by length)."""
+        lengths = torch.tensor([len(x) for x in ids])
+        src = torch.full((len(ids), int(lengths.max())), self.task.src_dict.pad(), dtype=torch.long)
+        for row, x in enumerate(ids):
+            src[row, : len(x)] = torch.from_numpy(x.astype("int64"))
+        return {"id": torch.arange(len(ids)), "net_input": {"src_tokens": src, "src_lengths": lengths}}
 
     def translate_batch(self, sample: dict, need_attn: bool = False) -> list[list[dict]]:
         """One collated batch through the search (or teacher-forced scoring with ``score_reference``)."""
@@ -225,16 +244,19 @@ class Translator:
 # ---------------------------------------------------------------------- pieces shared with the programs
 
 
-def encode_lines(lines: Sequence[str], task, codec, max_src: int, what: str = "input") -> list[np.ndarray]:
-    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, truncated to the model with a warning)."""
+def encode_lines(lines: Sequence[str], task, codec, limit: tuple[int, str], what: str = "input", first: int = 1,
+                 unit: str = "line") -> list[np.ndarray]:
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>); a line longer than ``limit`` (size,
+    what sets it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
+    size, reason = limit
     pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
     out = []
     for i, p in enumerate(pieces):
         ids = task.src_dict.encode_tokens(p)
-        if len(ids) > max_src:
-            logger.warning("%s line %d: %d tokens exceed the model's %d source positions; truncated", what, i + 1,
-                           len(ids), max_src)
-            ids = np.concatenate([ids[: max_src - 1], ids[-1:]])
+        if len(ids) > size:
+            hint = "" if reason.startswith("the model") else f" or raise {reason}"
+            raise DataError(f"{what} {unit} {first + i}: {len(ids)} tokens (with its EOS), more than the {size} "
+                            f"of {reason}; split the {unit}{hint}")
         out.append(ids)
     return out
 
@@ -262,11 +284,12 @@ def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engi
 def _load_models(task, gen: GenerationConfig, engine: Engine) -> list:
     """The checkpoints of ``gen.path``, on the engine's device and in its precision; on the CPU in float32
     with the CPU back end applied (``gen.cpu_packed_linear``)."""
-    from nmt_toolkit.generation.ensemble import load_ensemble
+    from nmt_toolkit.loading import load_models
 
     data, cfg = task.cfg.data, task.cfg
     dict_files = [os.path.join(data, f"dict.{cfg.source_lang}.txt"), os.path.join(data, f"dict.{cfg.target_lang}.txt")]
-    models, _ = load_ensemble(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, engine.device)
+    models, _ = load_models(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, engine.device,
+                            langs=(cfg.source_lang, cfg.target_lang))
     if engine.precision is not None:
         flag = f"--{engine.precision}"
         if engine.device.type != "cuda":

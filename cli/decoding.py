@@ -1,0 +1,74 @@
+"""What nmt-generate and nmt-interactive share: the device options and loading a Translator from them.
+
+Process-wide settings (torch's thread count, its random seed) are made here, by the programs: the library
+(:class:`~nmt_toolkit.generation.translator.Translator`) never changes them for its caller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import option
+from nmt_toolkit.errors import UsageError
+
+
+@dataclass
+class DecodeDeviceConfig:
+    """Where and in which precision the models decode; shared by nmt-generate and nmt-interactive."""
+
+    cpu: bool = option(False, "decode on the CPU even when a GPU is available")
+    fp16: bool = option(False, "decode in float16 (GPU only)")
+    bf16: bool = option(False, "decode in bfloat16 (GPU only; for models trained with --bf16)")
+    engine: str = option("torch", "torch: our beam search; ctranslate2: CTranslate2 (the [ct2] extra) on a folder "
+                                  "written by nmt-export, or on a --path checkpoint exported on the fly; see "
+                                  "docs/deployment.md for the options it maps and those it lacks",
+                         choices=("torch", "ctranslate2"))
+    device: Optional[str] = option(None, "cpu or cuda [default: cuda when available, unless --cpu]",
+                                   choices=("cpu", "cuda"))
+    threads: Optional[int] = option(None, "intra-op threads (torch.set_num_threads / CTranslate2's intra_threads) "
+                                          "[default: torch's count]", metavar="N", low=1)
+
+
+def choose_device(io: DecodeDeviceConfig):
+    import torch
+
+    if io.device == "cuda" and (io.cpu or not torch.cuda.is_available()):
+        raise UsageError("--device cuda: " + ("--cpu says otherwise" if io.cpu else "no GPU is available"))
+    if io.device is not None:
+        return torch.device(io.device)
+    if not io.cpu and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def load_translator(configs: dict, need_attn: bool, scores: bool = True):
+    """The task and models of the parsed options as a Translator, after setting torch's thread count. The
+    random seed is set last, right before decoding, so that --sampling draws a stream nothing else used."""
+    import torch
+
+    from nmt_toolkit.generation.translator import Engine, Translator
+    from nmt_toolkit.registry import TASKS
+
+    gen, io, seed = configs["generation"], configs["io"], configs["common"].seed
+    if not gen.path:
+        raise UsageError("--path is required (a checkpoint, or several separated by ':')")
+    task = TASKS.get("translation").obj.setup_task(configs["task"])
+    device = choose_device(io)
+    if io.threads is not None:
+        torch.set_num_threads(io.threads)
+    if io.fp16 and io.bf16 and io.engine == "torch":
+        raise UsageError("--fp16 and --bf16 exclude each other")
+    precision = "fp16" if io.fp16 else "bf16" if io.bf16 else None
+    engine = Engine(io.engine, device, precision, ct2_threads=io.threads or 0, seed=seed)
+    translator = Translator.from_task(task, gen, engine, need_attn=need_attn, scores=scores)
+    torch.manual_seed(seed)
+    return translator
+
+
+def h_bpe_symbol(io, task) -> Optional[str]:
+    """The subword marker to remove from H- lines (--remove-bpe; 'auto': the data-bin's), or None."""
+    if not io.remove_bpe:
+        return None
+    if io.remove_bpe == "auto":
+        return task.bpe_symbol() or "@@ "
+    return io.remove_bpe

@@ -1,0 +1,126 @@
+"""Checkpoint files → models: ours, or fairseq's converted on the fly, rebuilt from their stored configs.
+
+Decoding (``generation/``) and exporting (``export/``) both start from a checkpoint file, so the loading
+sits below both of them: neither package imports the other to get a model. It reads fairseq files through
+``export/fairseq_import.py`` (the weight renaming, one direction only) and our files through
+``training/checkpoints.py``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from nmt_toolkit.errors import DataError, NmtError
+
+
+def load_any_checkpoint(path: str) -> dict:
+    """One of our checkpoints, or a fairseq checkpoint converted on the fly (``nmt-generate --path``
+    accepts both). A file that is neither keeps our loader's error; a pickle naming a class that a
+    checkpoint never holds (a planted ``__reduce__``) is refused by name."""
+    from nmt_toolkit.export import fairseq_pickle
+    from nmt_toolkit.export.fairseq_import import converted, is_fairseq_checkpoint
+    from nmt_toolkit.training.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
+
+    try:
+        return load_ours(path)
+    except DataError as ours:
+        if not os.path.isfile(path) or is_torchscript_archive(path):
+            raise
+        try:
+            state = fairseq_pickle.read(path)
+        except DataError as theirs:
+            if "refusing to load" in str(theirs):
+                raise theirs from None
+            raise ours from None
+        if not is_fairseq_checkpoint(state):
+            raise ours from None
+    return converted(state, path)
+
+
+def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[str] = (),
+                  device: Optional[torch.device] = None, langs: Sequence[Optional[str]] = (None, None)
+                  ) -> tuple[list[nn.Module], list[dict]]:
+    """Rebuild the models of ``paths`` from their stored configs and load their weights.
+
+    Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
+    naming it. A checkpoint that records other dictionaries or another direction than ``dict_files`` and
+    ``langs`` (the data-bin's) is refused by name before its model is built. So is one whose tensor shapes
+    differ from what its stored config builds (compared on the meta device, before any memory is taken): a
+    vocabulary-sized difference is a "wrong dictionary" error naming both, others an edited or mixed file.
+    Returns ``(models, configs)``.
+    """
+    from nmt_toolkit.models import build_model_from_config_dict
+    from nmt_toolkit.training.checkpoints import check_dictionaries
+
+    models, configs = [], []
+    for path in paths:
+        state = load_any_checkpoint(path)  # ours, or fairseq's converted on the fly
+        check_dictionaries(state, path, src_dict, tgt_dict, tuple(langs),
+                           tuple(dict_files) if len(dict_files) == 2 else (None, None))
+        config = state["config"]
+        if not isinstance(config, dict) or not isinstance(config.get("components"), dict) \
+                or "model" not in config["components"]:
+            raise DataError(f"{path}: the checkpoint's config has no components.model entry (not written by nmt-train?)")
+        weights = state["model"]
+        _check_shapes(path, _skeleton(config, src_dict, tgt_dict, path).state_dict(), weights, config,
+                      src_dict, tgt_dict, dict_files)
+        model = build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+        _check_finite(path, weights)
+        model.load_state_dict(weights)
+        model.eval()
+        if device is not None:
+            model.to(device)
+        models.append(model)
+        configs.append(config)
+    return models, configs
+
+
+def _skeleton(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
+    """The model of ``config`` without memory for its weights (on the meta device), to compare shapes with the
+    file before building it: a config edited to a huge width would otherwise allocate gigabytes first."""
+    from nmt_toolkit.models import build_model_from_config_dict
+
+    try:
+        with torch.device("meta"):
+            return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+    except NmtError:
+        raise
+    except Exception:  # a plugin model that reads values while it builds: compare with the real one
+        return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+
+
+def _check_shapes(path: str, expected: dict, weights: dict, config: dict, src_dict, tgt_dict,
+                  dict_files: Sequence[str]) -> None:
+    """The file's tensors against the model its config builds; a vocabulary-sized difference is a wrong
+    dictionary, any other an edited or mixed file."""
+    for key, tensor in expected.items():
+        if key not in weights:
+            raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
+        got, want = tuple(weights[key].shape), tuple(tensor.shape)
+        if got != want:
+            differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
+            if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
+                files = " and ".join(dict_files) or "the data-bin dictionaries"
+                raise DataError(
+                    f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
+                    f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
+                    f"data-bin folder the model was trained on")
+            raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
+                            f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
+    unexpected = [k for k in weights if k not in expected]
+    if unexpected:
+        raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
+
+
+def _check_finite(path: str, weights: dict) -> None:
+    """A NaN or infinite weight (a diverged run, a damaged file) is an error at load: decoding with it
+    prints ``-inf`` hypotheses and exits 0, a wrong result that looks like a finished run."""
+    for key, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise DataError(f"{path}: tensor {key!r} holds {bad} non-finite values (NaN or inf) of "
+                            f"{tensor.numel()}: the training diverged or the file is damaged; decode with an "
+                            f"earlier checkpoint")
