@@ -344,55 +344,66 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
 
 
 def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
-    src, tgt = cfg.source_lang, cfg.target_lang
-    quiet = cfg.no_progress_bar
-    # 1. subword model
-    codec_kind = cfg.bpe
-    codec_path = None
-    subword_record = None
-    if codec_kind:
-        codec_path = os.path.join(tmp, subword.model_file_name(codec_kind))
-        if cfg.bpe_model:
-            subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
-            shutil.copyfile(cfg.bpe_model, codec_path)
-        else:
-            train = [scans["train"][lang].path for lang in (src, tgt)]
-            logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))
-            if codec_kind == "sentencepiece":
-                subword.learn_sentencepiece(train, codec_path[: -len(".model")], cfg.bpe_vocab_size, cfg.workers)
-                vocab_file = codec_path[: -len(".model")] + ".vocab"
-                if os.path.exists(vocab_file):
-                    os.remove(vocab_file)
-                learned = subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
-                if learned < cfg.bpe_vocab_size:  # sentencepiece stops early on small corpora (no hard limit)
-                    logger.warning("--bpe-vocab-size %d: the training text supports only %d pieces; using %d",
-                                   cfg.bpe_vocab_size, learned, learned)
-            else:
-                subword.learn_subword_nmt(train, codec_path, cfg.bpe_merges)
-        subword_record = {"type": codec_kind, "model": os.path.basename(codec_path),
-                          "source": os.path.abspath(cfg.bpe_model) if cfg.bpe_model else None,
-                          "vocab_size": cfg.bpe_vocab_size if codec_kind == "sentencepiece" and not cfg.bpe_model else None,
-                          "pieces": (subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
-                                     if codec_kind == "sentencepiece" else None),
-                          "merges": cfg.bpe_merges if codec_kind == "subword_nmt" and not cfg.bpe_model else None}
+    """The data-bin in ``tmp``, in three steps: the subword model, the dictionaries, the binarized splits
+    with their ``preprocess.json`` record (returned)."""
+    codec, subword_record = _subword_model(cfg, scans, tmp)
+    dicts = _dictionaries(cfg, scans, codec, tmp, destdir)
+    record = _record(cfg, dicts, subword_record, command)
+    with _Runner(cfg.workers, (*codec, dicts)) as runner:
+        for name, _ in splits:
+            record["splits"][name] = _binarize_split(cfg, name, scans[name], dicts, record, runner, tmp)
+    data_bin.write_record(tmp, record)
+    return record
 
-    # 2. dictionaries
-    def counts_of(lang: str) -> Counter:
-        scan = scans["train"][lang]
-        total: Counter = Counter()
-        with _Runner(cfg.workers, (codec_kind, codec_path, None)) as runner, \
-                _progress(os.path.getsize(scan.path), f"counting {lang}", quiet) as bar:
-            for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e) for s, e, _, _ in scan.chunks])):
-                total.update(counts)
-                bar.update(end - start)
-        return total
+
+def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
+    """Step 1: the subword model (--bpe-model copied, or learned jointly on the training text) in ``tmp``;
+    returns ``(kind, path)`` (both None without --bpe) and its record."""
+    codec_kind = cfg.bpe
+    if not codec_kind:
+        return (None, None), None
+    codec_path = os.path.join(tmp, subword.model_file_name(codec_kind))
+    if cfg.bpe_model:
+        subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
+        shutil.copyfile(cfg.bpe_model, codec_path)
+    else:
+        train = [scans["train"][lang].path for lang in (cfg.source_lang, cfg.target_lang)]
+        logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))
+        if codec_kind == "sentencepiece":
+            _learn_sentencepiece(cfg, train, codec_path)
+        else:
+            subword.learn_subword_nmt(train, codec_path, cfg.bpe_merges)
+    record = {"type": codec_kind, "model": os.path.basename(codec_path),
+              "source": os.path.abspath(cfg.bpe_model) if cfg.bpe_model else None,
+              "vocab_size": cfg.bpe_vocab_size if codec_kind == "sentencepiece" and not cfg.bpe_model else None,
+              "pieces": (subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
+                         if codec_kind == "sentencepiece" else None),
+              "merges": cfg.bpe_merges if codec_kind == "subword_nmt" and not cfg.bpe_model else None}
+    return (codec_kind, codec_path), record
+
+
+def _learn_sentencepiece(cfg, train: list[str], codec_path: str) -> None:
+    subword.learn_sentencepiece(train, codec_path[: -len(".model")], cfg.bpe_vocab_size, cfg.workers)
+    vocab_file = codec_path[: -len(".model")] + ".vocab"
+    if os.path.exists(vocab_file):
+        os.remove(vocab_file)
+    learned = subword.load_codec("sentencepiece", codec_path).sp.get_piece_size()
+    if learned < cfg.bpe_vocab_size:  # sentencepiece stops early on small corpora (no hard limit)
+        logger.warning("--bpe-vocab-size %d: the training text supports only %d pieces; using %d",
+                       cfg.bpe_vocab_size, learned, learned)
+
+
+def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
+    """Step 2: one dictionary per language (given, or counted over the subword-encoded training text),
+    saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless --overwrite."""
+    src, tgt = cfg.source_lang, cfg.target_lang
 
     def build_dict(given: Optional[str], langs: Sequence[str], threshold: int, nwords: int) -> Dictionary:
         if given:
             return Dictionary.load(given)
         counts: Counter = Counter()
         for lang in langs:
-            counts.update(counts_of(lang))
+            counts.update(_train_counts(cfg, scans["train"][lang], lang, codec))
         return Dictionary.from_counts(counts, threshold, nwords, cfg.padding_factor)
 
     if cfg.joined_dictionary:
@@ -405,23 +416,40 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
         tgt_dict = build_dict(cfg.tgtdict, (tgt,), cfg.thresholdtgt, cfg.nwordstgt)
     dicts = {src: src_dict, tgt: tgt_dict}
     for lang, d in dicts.items():
-        existing = os.path.join(destdir, f"dict.{lang}.txt")
-        if os.path.exists(existing) and not cfg.overwrite:
-            try:
-                same = Dictionary.load(existing) == d
-            except DataError:
-                same = False
-            if not same:
-                raise DataError(f"--destdir {cfg.destdir} already holds a different dictionary {existing}; "
-                                f"use --overwrite to replace it, or another --destdir")
+        _check_existing_dictionary(cfg, os.path.join(destdir, f"dict.{lang}.txt"), d)
         d.save(os.path.join(tmp, f"dict.{lang}.txt"))
+    return dicts
 
-    # 3. binarize
+
+def _train_counts(cfg, scan, lang: str, codec: tuple) -> Counter:
+    """Token counts of one training file, its chunks counted by the workers."""
+    total: Counter = Counter()
+    with _Runner(cfg.workers, (*codec, None)) as runner, \
+            _progress(os.path.getsize(scan.path), f"counting {lang}", cfg.no_progress_bar) as bar:
+        for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e) for s, e, _, _ in scan.chunks])):
+            total.update(counts)
+            bar.update(end - start)
+    return total
+
+
+def _check_existing_dictionary(cfg, existing: str, d: Dictionary) -> None:
+    if os.path.exists(existing) and not cfg.overwrite:
+        try:
+            same = Dictionary.load(existing) == d
+        except DataError:
+            same = False
+        if not same:
+            raise DataError(f"--destdir {cfg.destdir} already holds a different dictionary {existing}; "
+                            f"use --overwrite to replace it, or another --destdir")
+
+
+def _record(cfg, dicts: dict, subword_record: Optional[dict], command) -> dict:
+    """Step 3a: the ``preprocess.json`` record, its splits filled in by :func:`_binarize_split`."""
     checksums = {lang: d.checksum() for lang, d in dicts.items()}
-    record: dict = {
+    return {
         "version": 2,
         "command": list(command) if command is not None else None,
-        "source_lang": src, "target_lang": tgt,
+        "source_lang": cfg.source_lang, "target_lang": cfg.target_lang,
         "joined_dictionary": bool(cfg.joined_dictionary),
         "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d), "checksum": checksums[lang]}
                          for lang, d in dicts.items()},
@@ -429,38 +457,41 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
         "num_shards": cfg.num_shards if cfg.trainpref else None,
         "splits": {},
     }
-    with _Runner(cfg.workers, (codec_kind, codec_path, dicts)) as runner:
-        for name, _ in splits:
-            shards = cfg.num_shards if name == "train" else 1
-            n = scans[name][src].lines
-            entry: dict = {"sentences": n, "shards": shards, "dictionaries": checksums}
-            for lang in (src, tgt):
-                scan = scans[name][lang]
-                dtype = best_dtype(len(dicts[lang]))
-                base = f"{name}.{src}-{tgt}.{lang}"
-                if shards > 1:
-                    prefixes = []
-                    for k in range(shards):
-                        os.makedirs(os.path.join(tmp, f"shard{k}"), exist_ok=True)
-                        prefixes.append(os.path.join(tmp, f"shard{k}", base))
-                else:
-                    prefixes = [os.path.join(tmp, base)]
-                bounds = [k * n // shards for k in range(shards + 1)]
-                writer = _ShardWriter(prefixes, bounds, dtype)
-                tokens = unks = 0
-                tasks = [(scan.path, s, e, lang, dtype) for s, e, _, _ in scan.chunks]
-                with _progress(os.path.getsize(scan.path), f"{name}.{lang}", quiet) as bar:
-                    for (s, e, first, _), (ids, sizes, n_unk) in zip(scan.chunks, runner.map(_binarize_chunk, tasks)):
-                        writer.add(first, ids, sizes)
-                        tokens += int(len(ids))
-                        unks += n_unk
-                        bar.update(e - s)
-                writer.finalize()
-                entry[lang] = {"file": scan.path, "tokens": tokens, "unk": unks,
-                               "unk_rate": round(unks / tokens, 6) if tokens else 0.0}
-            record["splits"][name] = entry
-    data_bin.write_record(tmp, record)
-    return record
+
+
+def _binarize_split(cfg, name: str, scans: dict, dicts: dict, record: dict, runner, tmp) -> dict:
+    """Step 3b: both sides of one split binarized into ``tmp`` (the training split in --num-shards shards);
+    returns the split's record entry."""
+    src, tgt = cfg.source_lang, cfg.target_lang
+    shards = cfg.num_shards if name == "train" else 1
+    n = scans[src].lines
+    checksums = {lang: entry["checksum"] for lang, entry in record["dictionaries"].items()}
+    entry: dict = {"sentences": n, "shards": shards, "dictionaries": checksums}
+    for lang in (src, tgt):
+        scan = scans[lang]
+        dtype = best_dtype(len(dicts[lang]))
+        base = f"{name}.{src}-{tgt}.{lang}"
+        if shards > 1:
+            prefixes = []
+            for k in range(shards):
+                os.makedirs(os.path.join(tmp, f"shard{k}"), exist_ok=True)
+                prefixes.append(os.path.join(tmp, f"shard{k}", base))
+        else:
+            prefixes = [os.path.join(tmp, base)]
+        bounds = [k * n // shards for k in range(shards + 1)]
+        writer = _ShardWriter(prefixes, bounds, dtype)
+        tokens = unks = 0
+        tasks = [(scan.path, s, e, lang, dtype) for s, e, _, _ in scan.chunks]
+        with _progress(os.path.getsize(scan.path), f"{name}.{lang}", cfg.no_progress_bar) as bar:
+            for (s, e, first, _), (ids, sizes, n_unk) in zip(scan.chunks, runner.map(_binarize_chunk, tasks)):
+                writer.add(first, ids, sizes)
+                tokens += int(len(ids))
+                unks += n_unk
+                bar.update(e - s)
+        writer.finalize()
+        entry[lang] = {"file": scan.path, "tokens": tokens, "unk": unks,
+                       "unk_rate": round(unks / tokens, 6) if tokens else 0.0}
+    return entry
 
 
 def summary_lines(record: dict) -> list[str]:
