@@ -55,8 +55,8 @@ def _parseval(cfg: ScoreConfig, refs_paths: list[str]) -> int:
     return 0
 
 
-def score(configs: dict) -> int:
-    cfg: ScoreConfig = configs["score"]
+def _metrics(cfg: ScoreConfig) -> list[str]:
+    """The checked --sys/--ref/--metric choices: the metrics to compute, in the order given."""
     if not cfg.sys:
         raise UsageError("--sys is required (a file, or - for stdin)")
     if not cfg.ref:
@@ -64,9 +64,15 @@ def score(configs: dict) -> int:
     if sum(1 for s in cfg.sys if s == "-") > 1:
         raise UsageError("--sys - (stdin) can be given only once")
     metrics = list(dict.fromkeys(cfg.metric)) or ["bleu", "chrf"]
-    if "parseval" in metrics:
-        if len(metrics) > 1:
-            raise UsageError("--metric parseval cannot be combined with bleu/chrf")
+    if "parseval" in metrics and len(metrics) > 1:
+        raise UsageError("--metric parseval cannot be combined with bleu/chrf")
+    return metrics
+
+
+def score(configs: dict) -> int:
+    cfg: ScoreConfig = configs["score"]
+    metrics = _metrics(cfg)
+    if metrics == ["parseval"]:
         return _parseval(cfg, cfg.ref)
 
     from nmt_toolkit.data.lines import read_lines
@@ -75,36 +81,44 @@ def score(configs: dict) -> int:
     refs = [read_lines(p) for p in cfg.ref]
     systems = [(("stdin" if p == "-" else p), read_lines(p)) for p in cfg.sys]
     B.check_lengths([(p, r) for p, r in zip(cfg.ref, refs)] + systems)
-    out = []
     if cfg.paired_bootstrap:
-        if len(systems) < 2:
-            raise UsageError("--paired-bootstrap needs at least two --sys files (the first is the baseline)")
-        sigs, table = B.paired_bootstrap(systems, refs, metrics, cfg.bootstrap_samples)
-        names = table.pop("System")
-        for metric, results in table.items():
-            for i, (name, res) in enumerate(zip(names, results)):
-                row = {"name": metric, "system": name, "baseline": i == 0, "score": round(res.score, cfg.width),
-                       "mean": res.mean, "ci": res.ci, "p_value": res.p_value, "signature": sigs[metric]}
-                out.append(row)
-                if not cfg.json:
-                    tag = "Baseline" if i == 0 else "System"
-                    p = "" if res.p_value is None else f" (p = {res.p_value:.4f}){' *' if res.p_value < 0.05 else ''}"
-                    ci = f" ({res.mean:.2f} ± {res.ci:.2f})" if res.mean is not None else ""
-                    print(f"{metric}|{sigs[metric]} {tag} {name}: {res.score:.{cfg.width}f}{ci}{p}")
-        if cfg.json:
-            print(json.dumps(out, indent=1))
-        return 0
+        return _paired_bootstrap(cfg, systems, refs, metrics)
+    return _score_systems(cfg, systems, refs, metrics)
+
+
+def _paired_bootstrap(cfg: ScoreConfig, systems: list, refs: list, metrics: list[str]) -> int:
+    """Each system against the first (the baseline), sacreBLEU's paired bootstrap resampling."""
+    from nmt_toolkit.scoring import bleu as B
+
+    if len(systems) < 2:
+        raise UsageError("--paired-bootstrap needs at least two --sys files (the first is the baseline)")
+    sigs, table = B.paired_bootstrap(systems, refs, metrics, cfg.bootstrap_samples)
+    names = table.pop("System")
+    out = []
+    for metric, results in table.items():
+        for i, (name, res) in enumerate(zip(names, results)):
+            row = {"name": metric, "system": name, "baseline": i == 0, "score": round(res.score, cfg.width),
+                   "mean": res.mean, "ci": res.ci, "p_value": res.p_value, "signature": sigs[metric]}
+            out.append(row)
+            if not cfg.json:
+                tag = "Baseline" if i == 0 else "System"
+                p = "" if res.p_value is None else f" (p = {res.p_value:.4f}){' *' if res.p_value < 0.05 else ''}"
+                ci = f" ({res.mean:.2f} ± {res.ci:.2f})" if res.mean is not None else ""
+                print(f"{metric}|{sigs[metric]} {tag} {name}: {res.score:.{cfg.width}f}{ci}{p}")
+    if cfg.json:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+def _score_systems(cfg: ScoreConfig, systems: list, refs: list, metrics: list[str]) -> int:
+    """Each system's scores: one system exactly as the sacrebleu command prints them, several prefixed by name."""
+    from nmt_toolkit.scoring import bleu as B
+
+    out = []
     for name, hyps in systems:
         prefix = f"{name}: " if len(systems) > 1 and not cfg.json else ""
         if cfg.tokenized_bleu:
-            res = B.tokenized_bleu(hyps, refs, cfg.lang, cfg.compound_split)
-            what = f"tokenized BLEU{' (compound split)' if cfg.compound_split else ''}"
-            out.append({"name": "BLEU", "system": name, "score": round(res.score, cfg.width), "tokenized": True,
-                        "compound_split": cfg.compound_split, "verbose_score": str(res).partition(" = ")[2]})
-            if cfg.score_only and not cfg.json:
-                print(f"{res.score:.{cfg.width}f}")
-            elif not cfg.json:
-                print(f"{prefix}{what}: {res.format(cfg.width)}")
+            out.append(_tokenized_bleu(cfg, name, hyps, refs, prefix))
             continue
         results = [res.format(cfg.width, cfg.score_only, sig, is_json=cfg.json)
                    for res, sig in B.corpus_scores(hyps, refs, metrics)]
@@ -126,6 +140,20 @@ def score(configs: dict) -> int:
     if cfg.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=1, ensure_ascii=False))
     return 0
+
+
+def _tokenized_bleu(cfg: ScoreConfig, name: str, hyps: list, refs: list, prefix: str) -> dict:
+    """BLEU on tokenized text (the papers' multi-bleu.perl figure), printed unless --json; its JSON record."""
+    from nmt_toolkit.scoring import bleu as B
+
+    res = B.tokenized_bleu(hyps, refs, cfg.lang, cfg.compound_split)
+    what = f"tokenized BLEU{' (compound split)' if cfg.compound_split else ''}"
+    if cfg.score_only and not cfg.json:
+        print(f"{res.score:.{cfg.width}f}")
+    elif not cfg.json:
+        print(f"{prefix}{what}: {res.format(cfg.width)}")
+    return {"name": "BLEU", "system": name, "score": round(res.score, cfg.width), "tokenized": True,
+            "compound_split": cfg.compound_split, "verbose_score": str(res).partition(" = ")[2]}
 
 
 def run(argv=None, prog: str = "nmt-score") -> int:
