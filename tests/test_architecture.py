@@ -130,3 +130,15 @@ def long_functions(folder: str) -> list[str]:
 @pytest.mark.parametrize("folder", sorted(MAX_LINES))
 def test_no_function_is_longer_than_a_screen(folder):
     assert long_functions(folder) == []
+
+
+def test_no_program_or_benchmark_imports_a_private_name_of_a_program():
+    """What two programs share lives in a public module (cli/common.py, cli/decoding.py) or the library."""
+    found = []
+    for folder in ("cli", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nmt_toolkit.cli."):
+                    found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_")]
+    assert found == []
