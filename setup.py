@@ -50,7 +50,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "ruff"],
         "viz": ["matplotlib"],
         "tb": ["tensorboard"],
         # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA

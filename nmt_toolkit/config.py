@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, fields

@@ -85,8 +85,8 @@ def _one_error_line(capsys, *words):
 
 
 def test_unwritable_output_and_user_dir_are_one_line_errors(tmp_path, capsys):
-    """Issue 19 finding 8: --output as a folder, inside a file or where nothing can be written was a traceback;
-    --user-dir was accepted and ignored, even a plugin with a syntax error."""
+    """--output as a folder, inside a file or where nothing can be written is one error line, no traceback;
+    --user-dir is imported as in every program (a plugin with a syntax error is an error)."""
     _ck(tmp_path / "a.pt", 1)
     inputs = ["--inputs", str(tmp_path / "a.pt")]
     (tmp_path / "afile").write_text("x\n")

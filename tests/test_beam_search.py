@@ -320,7 +320,10 @@ def test_each_beam_is_an_independent_sample_that_ends_at_its_eos(beam, topk, tem
             toks = h["tokens"].tolist()
             assert toks[-1] == d.eos() and d.eos() not in toks[:-1] and len(toks) in (2, 3), toks
             counts[toks[0] * V + toks[1]] += 1
-    ref = lambda prefix, ban: _reference_next_token(model, d, src, lengths, prefix, topk, -1.0, temperature, ban)
+
+    def ref(prefix, ban):
+        return _reference_next_token(model, d, src, lengths, prefix, topk, -1.0, temperature, ban)
+
     p0 = ref([], True)
     p = torch.cat([p0[t] * ref([t], False) if p0[t] > 0 else torch.zeros(V, dtype=torch.float64)
                    for t in range(V)])
@@ -401,7 +404,7 @@ def test_bound_early_stop_returns_what_a_search_to_the_maximum_length_returns(nb
                                                                  early_stop=rule))
             calls = []
             real = gen.model.log_probs
-            gen.model.log_probs = lambda *a, **k: calls.append(a[0].size(0)) or real(*a, **k)
+            gen.model.log_probs = lambda *a, **k: calls.append(a[0].size(0)) or real(*a, **k)  # noqa: B023  (this rule's run)
             outs[rule] = gen.generate(src, lengths)
             steps[rule] += sum(calls)
         for a_hyps, b_hyps in zip(outs["bound"], outs["never"]):

@@ -80,8 +80,8 @@ def test_rng_state_round_trip(tmp_path):
 
 
 def test_checkpoint_names_are_independent_files(tmp_path):
-    """Issue 19.1: last/best/update names were hard links of one inode, so restoring checkpoint_last.pt by
-    hand (cp over it) or damaging it changed checkpoint_best.pt and checkpoint_E_U.pt too."""
+    """last/best/update names are files of their own, not hard links of one inode: restoring checkpoint_last.pt
+    by hand (cp over it) or damaging it leaves checkpoint_best.pt and checkpoint_E_U.pt as they were."""
     C.save_checkpoint(_state(1.0), str(tmp_path / "checkpoint_1_10.pt"))
     for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
         C.copy_checkpoint(str(tmp_path / "checkpoint_1_10.pt"), str(tmp_path / name))
@@ -103,7 +103,7 @@ def test_checkpoint_names_are_independent_files(tmp_path):
 
 
 def test_bare_restore_file_is_in_save_dir_not_the_working_directory(tmp_path, monkeypatch):
-    """Issue 19.2: a checkpoint_last.pt in the current directory was resumed although --save-dir was elsewhere."""
+    """A checkpoint_last.pt in the current directory is not resumed when --save-dir is elsewhere."""
     old_run, new_dir = tmp_path / "old_run", tmp_path / "new"
     old_run.mkdir()
     new_dir.mkdir()

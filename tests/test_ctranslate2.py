@@ -14,7 +14,7 @@ import torch
 ct2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra is not installed")
 
 from nmt_toolkit.errors import UsageError  # noqa: E402
-from nmt_toolkit.export.ctranslate2 import build_spec, check_exportable, export  # noqa: E402
+from nmt_toolkit.export.ctranslate2 import build_spec, check_exportable  # noqa: E402
 from nmt_toolkit.data.dictionary import Dictionary  # noqa: E402
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel  # noqa: E402
 from nmt_toolkit.registry import ARCHITECTURES, import_builtin_components  # noqa: E402

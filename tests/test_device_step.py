@@ -1,4 +1,4 @@
-"""The training step without host reads (issue 22): no sync inside an update, non-finite updates skipped on
+"""The training step without host reads: no sync inside an update, non-finite updates skipped on
 the device, and the skipped-update rules applied when the host reads the statistics.
 
 On the CPU a host sync cannot be seen directly, so every way Python reads a tensor's value is made to raise

@@ -7,7 +7,6 @@ import argparse
 import collections
 import os
 import pathlib
-import pickle
 import re
 import subprocess
 import sys

@@ -38,7 +38,7 @@ import io, os, signal, sys
 from nmt_toolkit.training import checkpoints as C
 n, phase = os.environ["KILL_AT"].split(":") if os.environ.get("KILL_AT") else ("0", "")
 count = [0]
-orig = getattr(C, "_write_atomically", None)  # (absent before issue 19: the plain runs still work)
+orig = getattr(C, "_write_atomically", None)
 
 def killing(path, write, *a, **k):
     count[0] += 1

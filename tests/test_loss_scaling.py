@@ -2,7 +2,7 @@
 
 nmt-train allows --fp16 on CUDA only; the Trainer's scaler path is device-independent, so it is tested here
 on the CPU with a one-layer model whose updates are worked out by hand: a skipped update leaves the weights
-alone, halves the scale and still counts as an update (torch.amp's rule, issue 22), ``--fp16-scale-window``
+alone, halves the scale and still counts as an update (torch.amp's rule), ``--fp16-scale-window``
 clean updates double it, a scale below ``--min-loss-scale`` stops with an error when the host reads the
 updates' statistics (``take_stats``), and the scaler's state survives a checkpoint round trip.
 """

@@ -4,6 +4,7 @@ import torch
 
 from nmt_toolkit.optim.lr_schedulers import (CosineConfig, CosineSchedule, InverseSqrtConfig, InverseSqrtSchedule,
                                              NoamConfig, NoamSchedule, PlateauConfig, PlateauSchedule, noam)
+from nmt_toolkit.errors import UsageError
 from nmt_toolkit.optim.optimizers import AdamConfig, build_adam, parse_betas
 
 
@@ -58,7 +59,7 @@ def test_state_dict_round_trip():
 
 def test_adam_betas_parse_and_fused():
     assert parse_betas("0.9,0.98") == (0.9, 0.98) == parse_betas("(0.9, 0.98)")
-    with pytest.raises(Exception):
+    with pytest.raises(UsageError, match="adam-betas"):
         parse_betas("0.9")
     opt = build_adam(AdamConfig(adam_betas="(0.9, 0.98)"), [torch.nn.Parameter(torch.zeros(3))], 1e-3)
     assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9

@@ -3,7 +3,6 @@ import filecmp
 import json
 import os
 
-import numpy as np
 import pytest
 
 from nmt_toolkit.cli.preprocess import run

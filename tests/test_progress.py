@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from nmt_toolkit.training import progress as progress_mod
-from nmt_toolkit.training.progress import Budget, ProgressLogger
+from nmt_toolkit.training.progress import Budget
 
 from train_helpers import make_bin
 

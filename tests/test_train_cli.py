@@ -98,7 +98,7 @@ def _one_line_error(capsys) -> str:
 
 
 def test_unknown_best_checkpoint_metric_is_a_startup_error(tiny_bin, tmp_path, capsys):
-    """Issue 19.3: an unknown metric silently meant the loss (logged as best_bleu, kept the worst as best)."""
+    """An unknown --best-checkpoint-metric is refused, never taken as the loss (logged as best_bleu, the worst kept as best)."""
     rc = train([tiny_bin, *TINY, "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
                 "--patience", "2", "--max-update", "2", "--save-dir", str(tmp_path / "m")])
     assert rc == 2
@@ -133,7 +133,7 @@ def test_nll_loss_as_best_metric_is_the_logged_nll_loss(tiny_bin, tmp_path, caps
     (["--save-interval", "0"], 2, "--save-interval 0: must be an integer ≥ 1"),
 ])
 def test_training_that_would_do_nothing_is_an_error(tiny_bin, tmp_path, capsys, flags, code, message):
-    """Issue 19.7/19.8: these trained nothing and exited 0, or ended in a traceback."""
+    """Options that would train nothing are one error line, never exit 0 or a traceback."""
     assert train([tiny_bin, *TINY, "--max-update", "2", *flags, "--save-dir", str(tmp_path / "s")]) == code
     line = _one_line_error(capsys)
     assert line.startswith("nmt-train: error: ") and message in line, line
@@ -151,7 +151,7 @@ def test_save_dir_that_is_a_file_is_a_one_line_error(tiny_bin, tmp_path, capsys)
 
 
 def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, capsys):
-    """Issue 19.8: the message named no shape ("Error(s) in loading state_dict"); say what differs."""
+    """A checkpoint that does not match the model options says which shapes differ (not torch's "Error(s) in loading state_dict")."""
     assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(tmp_path)]) == 0
     capsys.readouterr()
     before = (tmp_path / "checkpoint_last.pt").read_bytes()
@@ -167,7 +167,7 @@ def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, ca
 
 
 def test_checkpoint_last_in_the_working_directory_is_not_resumed(tiny_bin, tmp_path, capsys, monkeypatch):
-    """Issue 19.2 end to end: `cd old_run && nmt-train DATA --save-dir /new/dir` resumed old_run's checkpoint."""
+    """`cd old_run && nmt-train DATA --save-dir /new/dir` starts afresh in /new/dir, never resuming old_run's checkpoint."""
     old_run = tmp_path / "old_run"
     assert train([tiny_bin, *TINY, "--max-update", "3", "--save-dir", str(old_run)]) == 0
     monkeypatch.chdir(old_run)

@@ -4,7 +4,6 @@ import os
 import signal
 
 import pytest
-import torch
 
 from nmt_toolkit.cli.train import run as train
 from nmt_toolkit.training.trainer import Trainer

@@ -113,7 +113,7 @@ def delinearise_cmd(args) -> int:
     gold_tags = None
     if args.gold:
         gold_tags = []
-        for number, tree in enumerate(parseval.read_trees(args.gold), start=1):
+        for tree in parseval.read_trees(args.gold):
             gold_tags.append([leaf.label for leaf in tree.preterminals()] if tree is not None else None)
         if len(gold_tags) != len(sentences):
             raise SystemExit(f"treebank.py: error: {args.gold} has {len(gold_tags)} trees but {args.words} "

@@ -66,8 +66,8 @@ class GenerationConfig:
 
         A sentence's limit is ``a * S + b`` tokens (S: source tokens with its EOS, so S >= 1, the bound
         grows with S when a >= 0); the search forbids EOS before ``--min-len`` and forces it at the limit.
-        Limits that contradict each other used to be resolved silently — the longer one won, or one token
-        was output — so ``--min-len 500 --max-len-b 3`` gave 500-token translations; now they are an error."""
+        Limits that contradict each other are an error rather than resolved silently (whichever is chosen,
+        ``--min-len 500 --max-len-b 3`` would not give what either option says)."""
         shortest = int(self.max_len_a * 1 + self.max_len_b)  # the search truncates a * S + b the same way
         needed = max(self.min_len, 1)
         if shortest < needed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Optional, Sequence
+from typing import Sequence
 
 from nmt_toolkit.errors import DataError
 

@@ -1,4 +1,4 @@
-"""An update's statistics kept on the device until the host needs them (issue 22: no stall inside an update).
+"""An update's statistics kept on the device until the host needs them (no stall inside an update).
 
 Reading a CUDA tensor on the host (``.item()``, ``.tolist()``, ``float()``, ``if tensor:``) waits for every
 kernel queued so far: the GPU then runs dry while the host prepares the next update. So the trainer never

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import pathlib
 import random
 import sys
@@ -143,11 +142,11 @@ def main() -> None:
         record = {"lr": [], "loss": [], "nll_loss": [], "sample_size": []}
         inner = task.train_step
 
-        def recording_train_step(*a, **kw):
-            loss, sample_size, log = inner(*a, **kw)
-            record["loss"].append(float(log["loss"]))
-            record["nll_loss"].append(float(log["nll_loss"]))
-            record["sample_size"].append(int(sample_size))
+        def recording_train_step(*a, _inner=inner, _record=record, **kw):
+            loss, sample_size, log = _inner(*a, **kw)
+            _record["loss"].append(float(log["loss"]))
+            _record["nll_loss"].append(float(log["nll_loss"]))
+            _record["sample_size"].append(int(sample_size))
             return loss, sample_size, log
 
         task.train_step = recording_train_step

@@ -8,7 +8,6 @@ these tests run in CI from the fixtures.
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 
 import numpy as np
