@@ -90,6 +90,7 @@ def test_clean_corpus_follows_moses_rules(tmp_path):
 
 def test_ptb_prepare_sample_split_and_round_trip(tmp_path, data_dir):
     treebank = _import_example(EXAMPLES / "ptb_parsing" / "treebank.py")
+    from nmt_toolkit.data.trees import parse_tree
     from nmt_toolkit.scoring import parseval
 
     out_mrg, out_line = tmp_path / "mrg", tmp_path / "oneline"
@@ -116,7 +117,7 @@ def test_ptb_prepare_sample_split_and_round_trip(tmp_path, data_dir):
     gen.write_text("H-0\t-1.0\t(S XX (NP XX\nH-1\t-1.0\t)NP )S\n")
     treebank.main(["delinearise", str(gen), "--words", str(out_mrg / "test.words"), "--output", str(trees)])
     lines = trees.read_text().splitlines()
-    assert len(lines) == 245 and all(parseval.parse_tree(line) is not None for line in lines)
+    assert len(lines) == 245 and all(parse_tree(line) is not None for line in lines)
 
 
 # ------------------------------------------------------------------------------- slow: the scripts
