@@ -111,3 +111,13 @@ def assert_unchanged(before: dict[str, str], *roots) -> None:
     removed = sorted(set(before) - set(after))
     changed = sorted(k for k in before if k in after and before[k] != after[k])
     assert not (created or removed or changed), f"created {created}, removed {removed}, changed {changed}"
+
+
+def tiny_trained_model(root) -> tuple:
+    """``(root, data-bin, checkpoint)``: the tiny synthetic data-bin and a one-update model trained on it, for
+    tests that need a real checkpoint to refuse inputs against (what it learned does not matter)."""
+    from tests.train_helpers import TINY, make_bin
+
+    data = make_bin(root)
+    assert run_in_process("nmt-train", [data, *TINY, "--save-dir", root / "ck", "--max-update", "1"]).status == 0
+    return root, data, root / "ck" / "checkpoint_last.pt"

@@ -9,16 +9,14 @@ import subprocess
 
 import pytest
 
-from tests.reliability.harness import (assert_refused, assert_unchanged, program_path, run_in_process, snapshot)
-from tests.train_helpers import TINY, make_bin
+from tests.reliability.harness import (assert_refused, assert_unchanged, program_path, run_in_process, snapshot,
+                                       tiny_trained_model)
+from tests.train_helpers import TINY
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("places")
-    data = make_bin(root)
-    assert run_in_process("nmt-train", [data, *TINY, "--save-dir", root / "ck", "--max-update", "1"]).status == 0
-    return root, data, root / "ck" / "checkpoint_last.pt"
+    return tiny_trained_model(tmp_path_factory.mktemp("places"))
 
 
 def _commands(root, data, ck):
