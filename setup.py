@@ -48,6 +48,7 @@ setup(
         "click>=8.1",
         "pyyaml",
         "tqdm",
+        "safetensors",  # model folders' weights: plain tensors, read without pickle (no code runs on load)
     ],
     extras_require={
         "test": ["pytest", "ruff"],

@@ -1,0 +1,364 @@
+"""Self-contained model folders: the weights, the model config, both dictionaries and the subword model(s),
+described by ``manifest.json``; the unit people download, share, serve and fine-tune, usable with no data-bin.
+
+::
+
+    FOLDER/
+      manifest.json       format, version, languages, file names, dictionary sizes and sha256, subword scheme
+      config.json         {"components": {"task", "arch", "model"}, "model": {…}}: as our checkpoints store it
+      model.safetensors   the weights under our state-dict names (safetensors: no pickle, no code on load)
+      dict.<src>.txt dict.<tgt>.txt
+      spm.model | source.spm target.spm | bpe.codes | source.bpe target.bpe   (none for scheme "none")
+
+A dictionary's ``size`` and ``sha256`` are those of :meth:`Dictionary.checksum` (the symbols in index order,
+what decides the ids), the identity checkpoints and data-bins record: a folder can be compared with either.
+Every file the manifest names is a plain name inside the folder; nothing outside it is ever read.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.errors import DataError, UsageError
+
+FORMAT = "nmt_toolkit-model-folder"
+VERSION = 1
+MANIFEST = "manifest.json"
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+SCHEMES = ("sentencepiece", "bpe", "none")
+#: the manifest's subword scheme → the codec kind of data/subword.py (and of preprocess.json)
+CODEC_KINDS = {"sentencepiece": "sentencepiece", "bpe": "subword_nmt"}
+ROLES = ("source", "target")
+_SUBWORD_NAMES = {"sentencepiece": ("spm.model", "source.spm", "target.spm"),
+                  "bpe": ("bpe.codes", "source.bpe", "target.bpe")}
+
+
+def is_model_folder(path: str) -> bool:
+    """A directory holding ``manifest.json`` (what every ``--path`` takes as a model folder)."""
+    return bool(path) and os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def scheme_of_codec(kind: Optional[str]) -> str:
+    """preprocess.json's subword ``type`` (or None) → the manifest's scheme."""
+    if not kind:
+        return "none"
+    for scheme, codec_kind in CODEC_KINDS.items():
+        if codec_kind == kind:
+            return scheme
+    raise UsageError(f"unknown subword model type {kind!r} (choices: {', '.join(CODEC_KINDS.values())})")
+
+
+@dataclass
+class ModelFolder:
+    """A model folder read and checked by :func:`read_model_folder`."""
+
+    path: str
+    manifest: dict
+    config: dict
+    src_dict: Dictionary
+    tgt_dict: Dictionary
+    subword_scheme: str
+    subword_paths: dict  # role → absolute path of the subword model file (empty for scheme "none")
+
+    @property
+    def source_lang(self) -> str:
+        return self.manifest["source_lang"]
+
+    @property
+    def target_lang(self) -> str:
+        return self.manifest["target_lang"]
+
+    @property
+    def target_lang_tag(self) -> Optional[str]:
+        return self.manifest.get("target_lang_tag")
+
+    @property
+    def dict_files(self) -> tuple[str, str]:
+        return tuple(os.path.join(self.path, self.manifest["dictionaries"][role]["file"]) for role in ROLES)
+
+    @property
+    def codec_kind(self) -> Optional[str]:
+        """The codec kind of data/subword.py (``None`` for scheme "none")."""
+        return CODEC_KINDS.get(self.subword_scheme)
+
+    def codec(self, role: str = "source"):
+        """The subword codec of ``role`` (``None`` for scheme "none")."""
+        from nmt_toolkit.data.subword import load_codec
+
+        if self.subword_scheme == "none":
+            return None
+        return load_codec(self.codec_kind, self.subword_paths[role])
+
+    def state_dict(self) -> dict:
+        """The weights from ``model.safetensors`` (read without pickle: no code runs)."""
+        return _read_safetensors(os.path.join(self.path, self.manifest["weights"]))
+
+    def checkpoint(self) -> dict:
+        """A dict shaped like our checkpoints (``model``, ``config``, ``version``, ``dictionaries``), so the
+        checkpoint loading path builds and checks the model as it does for a ``.pt`` file."""
+        from nmt_toolkit.training.checkpoints import VERSION as CHECKPOINT_VERSION, dictionaries_record
+
+        config = {"components": dict(self.config["components"]), "model": dict(self.config["model"]),
+                  "task": {"source_lang": self.source_lang, "target_lang": self.target_lang}}
+        return {"model": self.state_dict(), "config": config, "version": CHECKPOINT_VERSION,
+                "dictionaries": dictionaries_record(self.src_dict, self.tgt_dict, self.source_lang, self.target_lang)}
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dict, src_dict: Dictionary,
+                       tgt_dict: Dictionary, source_lang: str, target_lang: str, subword_scheme: str,
+                       subword_files: dict, target_lang_tag: Optional[str] = None, made_by: str,
+                       overwrite: bool = False) -> None:
+    """Write a model folder at ``out_dir``, atomically: everything goes to a temporary folder beside it, which
+    is renamed onto ``out_dir`` when complete, so a failure leaves no half folder (and an old one intact).
+
+    ``subword_files`` maps the roles "source"/"target" to existing files to copy (one path for both: a joint
+    model). An existing non-empty ``out_dir`` is refused unless ``overwrite``.
+    """
+    _check_target(out_dir, overwrite)
+    names = _subword_names(subword_scheme, subword_files)
+    components = {"task": "translation", "arch": arch, "model": _model_name(arch)}
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise DataError(f"{out_dir}: cannot write the model folder ({exc.strerror})") from None
+    try:
+        dict_entries = _write_dictionaries(tmp, src_dict, tgt_dict, source_lang, target_lang)
+        for role, name in names.items():
+            if not os.path.exists(os.path.join(tmp, name)):
+                shutil.copyfile(subword_files[role], os.path.join(tmp, name))
+        _write_json(os.path.join(tmp, CONFIG), {"components": components, "model": dict(model_config)})
+        _write_safetensors(os.path.join(tmp, WEIGHTS), state_dict)
+        manifest = {
+            "format": FORMAT, "version": VERSION, "source_lang": source_lang, "target_lang": target_lang,
+            "weights": WEIGHTS, "config": CONFIG, "dictionaries": dict_entries,
+            "subword": {"scheme": subword_scheme, **names}, "target_lang_tag": target_lang_tag,
+            "made_by": made_by, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        _write_json(os.path.join(tmp, MANIFEST), manifest)
+        _move_into_place(tmp, out_dir)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise DataError(f"{out_dir}: writing the model folder failed ({exc.strerror or exc})") from None
+        raise
+
+
+def _check_target(out_dir: str, overwrite: bool) -> None:
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise DataError(f"{out_dir}: is a file, not a folder")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise DataError(f"{out_dir}: already exists and is not empty; give a new folder (or overwrite it)")
+
+
+def _model_name(arch: str) -> str:
+    """The model an ``--arch`` configures (an architecture preset's parent, or a model name itself)."""
+    from nmt_toolkit.registry import ARCHITECTURES, MODELS, import_builtin_components
+
+    import_builtin_components()
+    if arch in ARCHITECTURES:
+        return ARCHITECTURES.get(arch).parent
+    if arch in MODELS:
+        return arch
+    raise UsageError(ARCHITECTURES.unknown_message(arch))
+
+
+def _subword_names(scheme: str, files: dict) -> dict:
+    """role → file name inside the folder; checks the scheme and that the files exist."""
+    if scheme not in SCHEMES:
+        raise UsageError(f"subword scheme {scheme!r}: expected one of {', '.join(SCHEMES)}")
+    files = dict(files or {})
+    unknown = [role for role in files if role not in ROLES]
+    if unknown:
+        raise UsageError(f"subword file role {unknown[0]!r}: expected source or target")
+    if scheme == "none":
+        if files:
+            raise UsageError("subword scheme 'none' takes no subword files")
+        return {}
+    if set(files) != set(ROLES):
+        raise UsageError(f"subword scheme {scheme!r} needs a source and a target file (the same path if joint)")
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: subword model not found")
+    joint, source, target = _SUBWORD_NAMES[scheme]
+    if os.path.realpath(files["source"]) == os.path.realpath(files["target"]):
+        return {"source": joint, "target": joint}
+    return {"source": source, "target": target}
+
+
+def _write_dictionaries(folder: str, src_dict: Dictionary, tgt_dict: Dictionary, source_lang: str,
+                        target_lang: str) -> dict:
+    entries = {}
+    for role, dictionary, lang in (("source", src_dict, source_lang), ("target", tgt_dict, target_lang)):
+        name = f"dict.{lang}.txt"
+        if role == "target" and name == entries["source"]["file"]:
+            name = f"dict.target.{lang}.txt"  # one language on both sides: two files all the same
+        dictionary.save(os.path.join(folder, name))
+        entries[role] = {"file": name, "size": len(dictionary), "sha256": dictionary.checksum()}
+    return entries
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+
+
+def _write_safetensors(path: str, state_dict) -> None:
+    """Floating-point tensors as float32; every tensor copied to its own memory (safetensors refuses tensors
+    that share storage, as tied embeddings do; each name keeps its own copy so loading needs no tying)."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach().to("cpu")
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.float32)
+        tensors[name] = tensor.contiguous().clone()
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _move_into_place(tmp: str, out_dir: str) -> None:
+    """Rename the complete temporary folder onto ``out_dir``; an old folder is set aside first and removed
+    only once the new one is in place."""
+    old = None
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        old = tmp + ".old"
+        os.replace(out_dir, old)
+    elif os.path.isdir(out_dir):
+        os.rmdir(out_dir)
+    try:
+        os.replace(tmp, out_dir)
+    except OSError:
+        if old is not None:
+            os.replace(old, out_dir)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.chmod(out_dir, 0o777 & ~_umask())  # mkdtemp makes 0700; a folder people share follows the umask
+    except OSError:
+        pass
+
+
+def _umask() -> int:
+    from nmt_toolkit.training.checkpoints import current_umask
+
+    return current_umask()
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_model_folder(path: str) -> ModelFolder:
+    """Read and check the folder at ``path``: its manifest, config and dictionaries (against the manifest's
+    sha256). The weights are read on :meth:`ModelFolder.state_dict`. A malformed folder is one DataError
+    naming the file and what is wrong."""
+    if not os.path.isdir(path):
+        raise DataError(f"{path}: no such model folder" if not os.path.exists(path) else f"{path}: not a folder")
+    manifest_path = os.path.join(path, MANIFEST)
+    manifest = _read_json(manifest_path, "manifest")
+    _check_manifest(manifest, manifest_path, path)
+    config = _read_json(os.path.join(path, manifest["config"]), "model config")
+    _check_config(config, os.path.join(path, manifest["config"]))
+    dicts = [_read_dictionary(path, manifest, role) for role in ROLES]
+    scheme = manifest["subword"]["scheme"]
+    subword_paths = {role: os.path.join(path, manifest["subword"][role]) for role in ROLES if scheme != "none"}
+    return ModelFolder(path, manifest, config, dicts[0], dicts[1], scheme, subword_paths)
+
+
+def _read_json(path: str, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing (a model folder holds {MANIFEST}, {CONFIG}, weights and "
+                        f"dictionaries)") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: the {what} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: the {what} is not a JSON object")
+    return value
+
+
+def _check_manifest(manifest: dict, where: str, folder: str) -> None:
+    if manifest.get("format") != FORMAT:
+        raise DataError(f"{where}: format {manifest.get('format')!r} is not {FORMAT!r} (not a model folder "
+                        f"written by nmt_toolkit)")
+    version = manifest.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DataError(f"{where}: model folder version {version!r} is not one this program writes (1 to "
+                        f"{VERSION}): a damaged or edited file")
+    if version > VERSION:
+        raise DataError(f"{where}: model folder version {version} is newer than this nmt_toolkit reads "
+                        f"({VERSION}); upgrade nmt_toolkit to load it")
+    for key in ("source_lang", "target_lang", "weights", "config"):
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise DataError(f"{where}: {key!r} is missing or not a string")
+    dictionaries, subword = manifest.get("dictionaries"), manifest.get("subword")
+    if not isinstance(dictionaries, dict) or not all(isinstance(dictionaries.get(r), dict) for r in ROLES):
+        raise DataError(f"{where}: 'dictionaries' needs a 'source' and a 'target' entry")
+    if not isinstance(subword, dict) or subword.get("scheme") not in SCHEMES:
+        raise DataError(f"{where}: 'subword.scheme' must be one of {', '.join(SCHEMES)}")
+    files = [("weights", manifest["weights"]), ("config", manifest["config"])]
+    files += [(f"dictionaries.{r}.file", dictionaries[r].get("file")) for r in ROLES]
+    if subword["scheme"] != "none":
+        files += [(f"subword.{r}", subword.get(r)) for r in ROLES]
+    for key, name in files:
+        _check_member(where, folder, key, name)
+
+
+def _check_member(where: str, folder: str, key: str, name) -> None:
+    """A file the manifest names: a plain name inside the folder (never a path leading out of it), present."""
+    if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
+        raise DataError(f"{where}: {key} {name!r} is not a file name inside the folder")
+    if not os.path.isfile(os.path.join(folder, name)):
+        raise DataError(f"{os.path.join(folder, name)}: missing (named by {where} as {key})")
+
+
+def _check_config(config: dict, where: str) -> None:
+    components = config.get("components")
+    if not isinstance(components, dict) or not isinstance(components.get("model"), str):
+        raise DataError(f"{where}: 'components.model' is missing")
+    if not isinstance(config.get("model"), dict):
+        raise DataError(f"{where}: 'model' (the model's options) is missing or not an object")
+
+
+def _read_dictionary(folder: str, manifest: dict, role: str) -> Dictionary:
+    entry = manifest["dictionaries"][role]
+    path = os.path.join(folder, entry["file"])
+    dictionary = Dictionary.load(path)
+    if entry.get("sha256") != dictionary.checksum() or entry.get("size") != len(dictionary):
+        raise DataError(f"{path}: the {role} dictionary differs from the one the manifest records ({len(dictionary)} "
+                        f"symbols, sha256 {dictionary.checksum()[:12]}… against {entry.get('size')} symbols, sha256 "
+                        f"{str(entry.get('sha256'))[:12]}…): the file was edited or replaced")
+    return dictionary
+
+
+def _read_safetensors(path: str) -> dict:
+    """safetensors only: a file that is not one (a pickle, a torch zip) is refused, never unpickled."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: missing (the model folder's weights)")
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: not a safetensors file ({first}); a model folder's weights are never read "
+                        f"as a pickle") from None
