@@ -41,15 +41,18 @@ class TransformerConfig:
                             low=0, high=1, high_open=True)
     attention_dropout: float = option(0.0, "dropout on attention probabilities", low=0, high=1, high_open=True)
     activation_dropout: float = option(0.0, "dropout after the feed-forward activation", low=0, high=1, high_open=True)
-    activation_fn: str = option("relu", "feed-forward activation", choices=["relu", "gelu"])
+    activation_fn: str = option("relu", "feed-forward activation (silu is Marian's swish)",
+                                choices=["relu", "gelu", "silu"])
     normalize_before: bool = option(False, "pre-norm layers x + Sublayer(LayerNorm(x)) with a final LayerNorm "
                                            "(the paper uses post-norm)")
     positional_embeddings: str = option("sinusoidal", "sinusoidal (section 3.5, any length) or learned "
                                                       "(Table 3 row E)", choices=["sinusoidal", "learned"])
     sinusoid_layout: str = option("paper", "sinusoidal encodings as in the paper (sin/cos interleaved) or as "
                                            "fairseq lays them out (sine half, cosine half, positions from "
-                                           "padding_idx+1): for models made by or for fairseq",
-                                  choices=["paper", "fairseq"])
+                                           "padding_idx+1): for models made by or for fairseq) or as Marian "
+                                           "lays them out (the paper's frequencies, sine half then cosine half, "
+                                           "positions from 0): for Hugging Face Marian (OPUS-MT) models",
+                                  choices=["paper", "fairseq", "marian"])
     max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)", low=1)
     share_all_embeddings: bool = option(False, "one matrix for encoder input, decoder input and pre-softmax "
                                                "weights (needs a joined dictionary)")
@@ -58,16 +61,22 @@ class TransformerConfig:
     no_scale_embedding: bool = option(False, "do not multiply embeddings by sqrt(d_model)")
     layernorm_embedding: bool = option(False, "LayerNorm on embeddings + positions before dropout (fairseq's "
                                               "--layernorm-embedding; not in the paper)")
+    output_bias: bool = option(False, "a learned bias on the pre-softmax projection (Marian's final_logits_bias; "
+                                      "not in the paper)")
+    decoder_start: str = option("eos", "the decoder's first input symbol: eos (fairseq's) or pad (Marian's)",
+                                choices=["eos", "pad"])
 
     def validate(self) -> None:
         check_ranges(self)
         if (self.key_dim is None or self.value_dim is None) and self.embed_dim % self.attention_heads:
             raise UsageError(f"--embed-dim {self.embed_dim} is not divisible by --attention-heads "
                              f"{self.attention_heads}; set --key-dim and --value-dim explicitly")
-        if self.activation_fn not in ("relu", "gelu"):
-            raise UsageError(f"--activation-fn {self.activation_fn}: expected relu or gelu")
-        if self.sinusoid_layout not in ("paper", "fairseq"):
-            raise UsageError(f"--sinusoid-layout {self.sinusoid_layout}: expected paper or fairseq")
+        if self.activation_fn not in ("relu", "gelu", "silu"):
+            raise UsageError(f"--activation-fn {self.activation_fn}: expected relu, gelu or silu")
+        if self.sinusoid_layout not in ("paper", "fairseq", "marian"):
+            raise UsageError(f"--sinusoid-layout {self.sinusoid_layout}: expected paper, fairseq or marian")
+        if self.decoder_start not in ("eos", "pad"):
+            raise UsageError(f"--decoder-start {self.decoder_start}: expected eos or pad")
         if self.positional_embeddings not in ("sinusoidal", "learned"):
             raise UsageError(f"--positional-embeddings {self.positional_embeddings}: expected sinusoidal or learned")
 
@@ -142,6 +151,8 @@ class TransformerDecoder(nn.Module):
         if not share_output:
             self.output_projection = nn.Linear(cfg.embed_dim, num_outputs, bias=False)
             nn.init.normal_(self.output_projection.weight, mean=0.0, std=cfg.embed_dim ** -0.5)
+        # a bias apart from the (possibly tied) matrix, so that tying stays a matter of one weight
+        self.output_bias = nn.Parameter(torch.zeros(num_outputs)) if cfg.output_bias else None
 
     def output_weight(self) -> torch.Tensor:
         """The pre-softmax matrix [V, D] (the decoder embeddings when tied)."""
@@ -151,7 +162,7 @@ class TransformerDecoder(nn.Module):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The pre-softmax linear map: logits ``[..., V]`` (``generation/cpu.py`` may swap it on a decoding
         copy of the model for a packed product)."""
-        return F.linear(x, self.output_weight())
+        return F.linear(x, self.output_weight(), self.output_bias)
 
     def forward(self, prev_output_tokens: torch.Tensor, encoder_out: dict,
                 incremental_state: Optional[DecoderState] = None, need_attn: bool = False):
@@ -268,6 +279,11 @@ class TransformerModel(nn.Module):
         ``sentence_order`` (the sentences kept, as for ``reorder_encoder_out``), or stay when it is None."""
         incremental_state.reorder(new_order, sentence_order, per_sentence)
 
+    def decoder_start(self, tgt_dict) -> int:
+        """The index every target sequence is fed to the decoder after: EOS (fairseq's convention) or, for
+        Marian's models, the padding symbol."""
+        return tgt_dict.pad() if self.cfg.decoder_start == "pad" else tgt_dict.eos()
+
     def max_positions(self) -> tuple[int, int]:
         return (self.encoder.embed.embed_positions.max_positions(),
                 self.decoder.embed.embed_positions.max_positions())
@@ -290,10 +306,11 @@ class TransformerModel(nn.Module):
             "decoder.layers": "decoder layers",
             "decoder.layer_norm": "decoder final LayerNorm",
             "decoder.output_projection": "output projection",
+            "decoder.output_bias": "output bias",
         }
         counts: dict[str, int] = {}
         for name, p in self.named_parameters():  # yields a shared Parameter once
-            label = next((v for k, v in names.items() if name.startswith(k + ".")), name)
+            label = next((v for k, v in names.items() if name.startswith(k + ".") or name == k), name)
             counts[label] = counts.get(label, 0) + p.numel()
         return counts
 

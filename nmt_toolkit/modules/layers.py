@@ -15,7 +15,7 @@ from torch import nn
 from nmt_toolkit.modules.attention import MultiheadAttention
 from nmt_toolkit.modules.caches import CrossAttentionCache, SelfAttentionCache
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}  # silu = x·sigmoid(x), Marian's "swish"
 
 
 def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -23,7 +23,7 @@ def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class FeedForward(nn.Module):
-    """Section 3.3: ``FFN(x) = max(0, x W1 + b1) W2 + b2`` (or GELU), with optional activation dropout."""
+    """Section 3.3: ``FFN(x) = max(0, x W1 + b1) W2 + b2`` (or GELU, SiLU), with optional activation dropout."""
 
     def __init__(self, embed_dim: int, ffn_embed_dim: int, activation_fn: str = "relu",
                  activation_dropout: float = 0.0):

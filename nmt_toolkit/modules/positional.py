@@ -50,14 +50,27 @@ def fairseq_sinusoidal_table(num_positions: int, dim: int, offset: int = 0, padd
     return table
 
 
-SINUSOID_LAYOUTS = {"paper": sinusoidal_table, "fairseq": fairseq_sinusoidal_table}
+def marian_sinusoidal_table(num_positions: int, dim: int, offset: int = 0) -> torch.Tensor:
+    """Marian's (and Hugging Face's ``MarianSinusoidalPositionalEmbedding``) layout of section 3.5: the
+    paper's frequencies and positions from 0, but the sines in the first half of the vector and the cosines
+    in the second (an odd ``dim`` gives the sines the extra column)::
+
+        PE(pos, i)           = sin(pos / 10000^(2i / d_model))    i < ceil(d/2)
+        PE(pos, ceil(d/2)+i) = cos(pos / 10000^(2i / d_model))
+
+    the columns of :func:`sinusoidal_table` reordered, so the values are the same float32 numbers."""
+    table = sinusoidal_table(num_positions, dim, offset)
+    return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
+
+
+SINUSOID_LAYOUTS = {"paper": sinusoidal_table, "fairseq": fairseq_sinusoidal_table, "marian": marian_sinusoidal_table}
 
 
 class SinusoidalPositionalEmbedding(nn.Module):
     """The fixed encoding of section 3.5 for any length: the table is cached and extended on demand.
 
-    ``layout`` is ``paper`` (sines and cosines interleaved, :func:`sinusoidal_table`) or ``fairseq``
-    (:func:`fairseq_sinusoidal_table`)."""
+    ``layout`` is ``paper`` (sines and cosines interleaved, :func:`sinusoidal_table`), ``fairseq``
+    (:func:`fairseq_sinusoidal_table`) or ``marian`` (:func:`marian_sinusoidal_table`)."""
 
     def __init__(self, dim: int, init_size: int = 256, layout: str = "paper"):
         super().__init__()
@@ -130,5 +143,5 @@ def build_positional_embedding(kind: str, dim: int, max_positions: int, layout: 
     raise UsageError(f"--positional-embeddings {kind}: expected sinusoidal or learned")
 
 
-__all__ = ["sinusoidal_table", "fairseq_sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
+__all__ = ["sinusoidal_table", "fairseq_sinusoidal_table", "marian_sinusoidal_table", "SinusoidalPositionalEmbedding", "LearnedPositionalEmbedding",
            "build_positional_embedding"]
