@@ -30,8 +30,8 @@ from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.search_steps import (NEG_INF, ban_repeated_ngrams, collect_hypotheses,
-                                                 constrain_lprobs, force_prefix, length_penalty, merge_finished,
-                                                 output_limits, sentences_done)
+                                                 constrain_lprobs, decoder_start, force_prefix, length_penalty,
+                                                 merge_finished, output_limits, sentences_done)
 from nmt_toolkit.generation.static_search import StaticBeamSearch, unsupported
 from nmt_toolkit.generation.strategies import make_strategy
 from nmt_toolkit.modules.caches import DecoderState
@@ -90,6 +90,7 @@ class SequenceGenerator:
         self.model = models if isinstance(models, EnsembleModel) else EnsembleModel(list(models))
         self.model.eval()
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
+        self.start = decoder_start(self.model.models, tgt_dict)
         self.vocab_size = len(tgt_dict)
         if cfg.max_len_source not in ("sentence", "batch"):
             raise ValueError(f"unknown max_len_source {cfg.max_len_source!r} (choices: sentence, batch)")
@@ -173,7 +174,7 @@ class SequenceGenerator:
 
     def _start(self, src_tokens, src_lengths, prefix_tokens, need_attn) -> _Batch:
         """Encode the batch and allocate the search's state: one row per sentence, nothing finished."""
-        model, k, eos, pad = self.model, self.cfg.beam, self.eos, self.pad
+        model, k, pad = self.model, self.cfg.beam, self.pad
         bsz, src_len = src_tokens.shape
         dev = src_tokens.device
         max_len = output_limits(src_lengths, self.cfg, model.max_positions()[1], dev)
@@ -186,7 +187,7 @@ class SequenceGenerator:
             if isinstance(state, DecoderState):
                 state.reorder_in_place = in_place
         tokens = torch.full((bsz, steps + 2), pad, dtype=torch.long, device=dev)
-        tokens[:, 0] = eos
+        tokens[:, 0] = self.start
         fin = {"scores": torch.full((bsz, k), NEG_INF, device=dev),
                "tokens": torch.full((bsz, k, steps + 2), pad, dtype=torch.long, device=dev),
                "cum": torch.zeros(bsz, k, steps + 1, device=dev),
@@ -288,7 +289,7 @@ class SequenceGenerator:
         as the search's scores (sum of ln p over tokens incl. EOS, divided by lp(|Y|)); same output layout."""
         model, pad = self.model, self.pad
         prev = torch.full_like(target, pad)
-        prev[:, 0] = self.eos
+        prev[:, 0] = self.start
         prev[:, 1:] = target[:, :-1]
         prev = prev.masked_fill(prev == pad, pad)
         encoder_outs = model.forward_encoder(src_tokens, src_lengths)

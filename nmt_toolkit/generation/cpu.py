@@ -201,14 +201,14 @@ def explicit_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
 
 
 class _PackedProjection:
-    """The decoder's output projection ``x @ W^T`` through :func:`linear` (a plain callable, not a module,
+    """The decoder's output projection ``x @ W^T (+ b)`` through :func:`linear` (a plain callable, not a module,
     so that the model's ``state_dict`` keeps its names)."""
 
     def __init__(self, decoder: nn.Module):
         self.decoder = decoder
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.decoder.output_weight())
+        return linear(x, self.decoder.output_weight(), getattr(self.decoder, "output_bias", None))
 
 
 def optimize_for_cpu(model: nn.Module) -> bool:

@@ -133,11 +133,12 @@ def plot_attention(model, items, src_dict, tgt_dict, folder: str, kind: str = "e
     written = []
     device = next(model.parameters()).device
     for sid, src_tokens, hyp_tokens in items:
-        probs = attention_probs(model, src_tokens.to(device), hyp_tokens.to(device), tgt_dict.eos(), kind, layer)
+        start = model.decoder_start(tgt_dict) if callable(getattr(model, "decoder_start", None)) else tgt_dict.eos()
+        probs = attention_probs(model, src_tokens.to(device), hyp_tokens.to(device), start, kind, layer)
         attn = select_heads(probs, head).numpy()
         src = [src_dict[i] for i in src_tokens.tolist()]
         out = [tgt_dict[i] for i in hyp_tokens.tolist()]
-        rows, cols = {"encoder": (src, src), "decoder": (out, [tgt_dict[tgt_dict.eos()]] + out[:-1]),
+        rows, cols = {"encoder": (src, src), "decoder": (out, [tgt_dict[start]] + out[:-1]),
                       "encoder-decoder": (out, src)}[kind]
         fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(cols) + 2), max(3, 0.35 * len(rows) + 1.5)))
         ax.imshow(attn, cmap="Greys", aspect="auto", vmin=0.0)

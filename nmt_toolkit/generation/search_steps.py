@@ -45,6 +45,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
+from nmt_toolkit.errors import UsageError
+
 NEG_INF = float("-inf")
 CHUNKED_TOPK_MIN_VOCAB = 1024  # from this vocabulary size on, a row's candidates are found by chunked_row_topk
 _GROUP_SIZES = (8, 16, 12, 10, 6, 4)
@@ -59,6 +61,17 @@ def length_penalty(length, alpha: float, style: str = "gnmt"):
     if style == "fairseq":
         return length ** alpha
     raise ValueError(f"unknown length penalty style {style!r} (choices: gnmt, fairseq)")
+
+
+def decoder_start(models, tgt_dict) -> int:
+    """The symbol every hypothesis starts from (the decoder's first input): each model's
+    ``decoder_start(tgt_dict)``, EOS for a model without one; the models of an ensemble must agree."""
+    starts = {m.decoder_start(tgt_dict) if callable(getattr(m, "decoder_start", None)) else tgt_dict.eos()
+              for m in models}
+    if len(starts) > 1:
+        raise UsageError("the ensemble's models start decoding from different symbols (--decoder-start eos and "
+                         "pad); decode with them separately")
+    return starts.pop()
 
 
 def output_limits(src_lengths: torch.Tensor, cfg, max_target_positions: int, device: torch.device) -> torch.Tensor:

@@ -221,7 +221,7 @@ class StaticBeamSearch:
     def _reset(self, p: _Plan, max_len: torch.Tensor, bsz: int) -> None:
         g, k = self.gen, self.gen.cfg.beam
         p.tokens.fill_(g.pad)
-        p.tokens[:, 0] = g.eos
+        p.tokens[:, 0] = g.start
         p.scores.zero_()
         p.cum.view(p.sentences, k).fill_(NEG_INF)[:, 0] = 0.0
         p.sent_max.fill_(1)
