@@ -6,6 +6,8 @@
     nmt-generate data-bin/m30k --path m30k-ct2 --engine ctranslate2 --lenpen-style fairseq --early-stop beam
     nmt-export data-bin/m30k --path ck/averaged.pt --format fairseq --output-dir m30k-fairseq
     fairseq-generate data-bin/m30k --path m30k-fairseq/checkpoint.pt --beam 4 --lenpen 0.6
+    nmt-export data-bin/m30k --path ck/averaged.pt --format folder --output-dir m30k-model
+    nmt-generate --path m30k-model --input raw.en                       # no data-bin: the folder has it all
 
 The folder holds CTranslate2's model.bin, config.json and vocabularies, the data-bin's dict.<lang>.txt and
 subword model (sentencepiece .model or BPE codes) beside them, and nmt_export.json (what was exported).
@@ -26,14 +28,16 @@ from typing import Optional
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.errors import DataError
 from nmt_toolkit.export.ctranslate2 import QUANTIZATIONS
+from nmt_toolkit.model_folder import is_model_folder
 
 
 @dataclass
 class ExportConfig:
     """What to export, to which engine's format, and where."""
 
-    path: Optional[str] = option(None, "the checkpoint to export", metavar="FILE")
-    format: str = option("ctranslate2", "the engine's model format", choices=("ctranslate2", "fairseq"))
+    path: Optional[str] = option(None, "the checkpoint (or model folder) to export", metavar="FILE")
+    format: str = option("ctranslate2", "the engine's model format (folder: a self-contained model folder for "
+                                        "--path with no data-bin)", choices=("ctranslate2", "fairseq", "folder"))
     quantization: str = option("none", "weight type of the exported model: none keeps float32; int8 and int16 "
                                        "quantize the weights; float16/bfloat16 halve them (GPU engines); int8_float16: "
                                        "int8 weights, float16 activations", choices=QUANTIZATIONS)
@@ -58,6 +62,8 @@ def export(configs: dict) -> int:
     if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):  # --overwrite replaces folders only
         raise DataError(f"--output-dir {cfg.output_dir}: exists and is not a folder")
     task_cfg = configs["task"]
+    if not task_cfg.data and is_model_folder(cfg.path):  # the folder holds its dictionaries and subword models
+        task_cfg.data = cfg.path
     if not task_cfg.data:  # the data-bin the checkpoint was trained on
         recorded = (load_checkpoint(cfg.path).get("config") or {}).get("task") or {}
         if not recorded.get("data"):
@@ -66,6 +72,8 @@ def export(configs: dict) -> int:
         task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
         task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
     task = TASKS.get("translation").obj.setup_task(task_cfg)
+    if cfg.format == "folder":
+        return _export_folder(cfg, task)
     if cfg.format == "fairseq":
         from nmt_toolkit.export.fairseq_export import export as export_fairseq
 
@@ -81,6 +89,20 @@ def export(configs: dict) -> int:
     logging.getLogger("nmt_toolkit.export").info(
         "wrote %s (CTranslate2 %s, quantization %s, %d positions)", cfg.output_dir, record["ctranslate2_version"],
         cfg.quantization, record["max_positions"])
+    return 0
+
+
+def _export_folder(cfg: ExportConfig, task) -> int:
+    import logging
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.folder_export import export as export_folder
+
+    if cfg.quantization != "none":
+        raise UsageError("--quantization applies to --format ctranslate2 only; a model folder holds float32 weights")
+    record = export_folder(cfg.path, task, cfg.output_dir, cfg.overwrite)
+    logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s→%s, subword %s)", cfg.output_dir,
+                                                  record["source_lang"], record["target_lang"], record["subword"])
     return 0
 
 

@@ -247,8 +247,11 @@ def _move_into_place(tmp: str, out_dir: str) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    try:
-        os.chmod(out_dir, 0o777 & ~_umask())  # mkdtemp makes 0700; a folder people share follows the umask
+    mask = _umask()
+    try:  # mkdtemp makes 0700 and safetensors 0600: a folder people share follows the umask
+        os.chmod(out_dir, 0o777 & ~mask)
+        for name in os.listdir(out_dir):
+            os.chmod(os.path.join(out_dir, name), 0o666 & ~mask)
     except OSError:
         pass
 

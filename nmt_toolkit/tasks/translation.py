@@ -1,5 +1,8 @@
 """The translation task: a data-bin folder written by ``nmt-preprocess`` → dictionaries, datasets, batches.
 
+A model folder (``nmt_toolkit/model_folder.py``) in place of the data-bin gives a task with the folder's
+dictionaries, languages and subword models and no binarized splits: what decoding raw text needs.
+
 ``--max-tokens`` counts **padded** tokens: a batch of B pairs whose longest pair (the larger of source and
 target length, EOS included) has L tokens costs B × L, as fairseq's ``batch_by_size``. Pairs longer than
 ``--max-source-positions``/``--max-target-positions`` (or than ``--max-tokens`` alone) are skipped with a
@@ -28,6 +31,7 @@ from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.model_folder import ModelFolder, is_model_folder, read_model_folder
 from nmt_toolkit.registry import register_task
 
 logger = logging.getLogger(__name__)
@@ -94,6 +98,7 @@ class TranslationTask:
         self.src_dict = src_dict
         self.tgt_dict = tgt_dict
         self.datasets: dict[str, LanguagePairDataset] = {}
+        self.model_folder: Optional[ModelFolder] = None
         self._record = read_preprocess_json(cfg.data) if cfg.data else {}
 
     # ------------------------------------------------------------------ setup
@@ -101,6 +106,8 @@ class TranslationTask:
     def setup_task(cls, cfg: TranslationConfig, **kwargs) -> "TranslationTask":
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
+        if is_model_folder(cfg.data):
+            return cls.from_model_folder(cfg, read_model_folder(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess first)")
         if not cfg.source_lang or not cfg.target_lang:
@@ -115,6 +122,21 @@ class TranslationTask:
         logger.info("[%s] dictionary: %d types; [%s] dictionary: %d types", cfg.source_lang, len(src_dict),
                     cfg.target_lang, len(tgt_dict))
         return cls(cfg, src_dict, tgt_dict)
+
+    @classmethod
+    def from_model_folder(cls, cfg: TranslationConfig, folder: ModelFolder) -> "TranslationTask":
+        """The task of a model folder: its dictionaries, languages and subword models; no splits to load."""
+        for flag, given, own in (("--source-lang", cfg.source_lang, folder.source_lang),
+                                 ("--target-lang", cfg.target_lang, folder.target_lang)):
+            if given and given != own:
+                raise UsageError(f"{flag} {given}: the model folder {folder.path} translates "
+                                 f"{folder.source_lang}→{folder.target_lang}")
+        cfg.source_lang, cfg.target_lang = folder.source_lang, folder.target_lang
+        task = cls(cfg, folder.src_dict, folder.tgt_dict)
+        task.model_folder = folder
+        if folder.codec_kind:
+            task._record = {"subword": {"type": folder.codec_kind, "model": folder.subword_paths["source"]}}
+        return task
 
     @staticmethod
     def load_dictionary(path: str) -> Dictionary:
@@ -272,11 +294,31 @@ class TranslationTask:
 
         return build_model(model_name, model_cfg, self.src_dict, self.tgt_dict)
 
-    def subword(self):
-        """The subword codec recorded in ``preprocess.json`` (``encode``/``decode``), or None."""
+    def subword(self, role: str = "source"):
+        """The subword codec recorded in ``preprocess.json`` (``encode``/``decode``), or None. A model folder
+        may hold one model per side: ``role`` "source" encodes the input, "target" decodes the output."""
+        if self.model_folder is not None:
+            return self.model_folder.codec(role)
         if not self.cfg.data:
             return None
         return subword.codec_from_record(self.cfg.data, self._record.get("subword"))
+
+    def subword_files(self) -> tuple[Optional[str], dict]:
+        """``(codec kind or None, {"source": path, "target": path})``: the subword model file(s) to copy
+        into a model folder (one path for both sides when joint)."""
+        if self.model_folder is not None:
+            return self.model_folder.codec_kind, dict(self.model_folder.subword_paths)
+        codec = self.subword()
+        if codec is None:
+            return None, {}
+        return codec.kind, {"source": codec.model_path, "target": codec.model_path}
+
+    def dictionary_files(self) -> tuple[str, str]:
+        """The files the source and target dictionaries were read from (for error messages)."""
+        if self.model_folder is not None:
+            return self.model_folder.dict_files
+        return tuple(os.path.join(self.cfg.data, f"dict.{lang}.txt")
+                     for lang in (self.cfg.source_lang, self.cfg.target_lang))
 
     def bpe_symbol(self) -> Optional[str]:
         """What ``Dictionary.string(..., bpe_symbol=)`` needs to undo the recorded segmentation."""

@@ -1,0 +1,41 @@
+"""A checkpoint and the data-bin (or model folder) it was trained on → a self-contained model folder.
+
+The model is loaded through the checkpoint loading path first, so a checkpoint trained on other dictionaries,
+a damaged one or one with non-finite weights is refused before anything is written; the folder then holds
+exactly the weights that decode (``nmt_toolkit/model_folder.py`` describes its files).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from nmt_toolkit.errors import DataError
+from nmt_toolkit.model_folder import scheme_of_codec, write_model_folder
+
+
+def export(checkpoint: str, task, output_dir: str, overwrite: bool = False, made_by: Optional[str] = None,
+           target_lang_tag: Optional[str] = None) -> dict:
+    """Write ``checkpoint`` (with ``task``'s dictionaries and subword models) as a model folder at
+    ``output_dir``; returns what was written (the manifest's main entries)."""
+    from nmt_toolkit.loading import load_models
+    from nmt_toolkit.training.checkpoints import task_dictionaries
+
+    src, tgt, langs, _ = task_dictionaries(task)
+    models, configs = load_models([checkpoint], src, tgt, task.dictionary_files(), langs=langs)
+    config = configs[0]
+    kind, files = task.subword_files()
+    arch = (config.get("components") or {}).get("arch") or config["components"]["model"]
+    if task.model_folder is not None and target_lang_tag is None:
+        target_lang_tag = task.model_folder.target_lang_tag
+    try:
+        write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
+                           state_dict=models[0].state_dict(), src_dict=src, tgt_dict=tgt, source_lang=langs[0],
+                           target_lang=langs[1], subword_scheme=scheme_of_codec(kind), subword_files=files,
+                           target_lang_tag=target_lang_tag, made_by=made_by or f"nmt-export --path {checkpoint}",
+                           overwrite=overwrite)
+    except DataError as exc:
+        if "already exists" in str(exc):
+            raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace "
+                            f"it)") from None
+        raise
+    return {"path": output_dir, "arch": arch, "source_lang": langs[0], "target_lang": langs[1],
+            "subword": scheme_of_codec(kind)}
