@@ -16,6 +16,7 @@ PROGRAMS = {
     "nmt-score": "score",
     "nmt-export": "export",
     "nmt-convert": "convert",
+    "nmt-serve": "serve",
 }
 
 setup(
@@ -35,6 +36,7 @@ setup(
         "nmt_toolkit.scoring",
         "nmt_toolkit.tasks",
         "nmt_toolkit.export",
+        "nmt_toolkit.serving",
         "nmt_toolkit.cli",
     ],
     package_dir={"nmt_toolkit.cli": "cli"},
@@ -51,11 +53,14 @@ setup(
         "safetensors",  # model folders' weights: plain tensors, read without pickle (no code runs on load)
     ],
     extras_require={
-        "test": ["pytest", "ruff"],
+        # the nmt-serve tests talk to a real server as LibreTranslate's Python client and as httpx
+        "test": ["pytest", "ruff", "httpx", "libretranslatepy"],
         "viz": ["matplotlib"],
         "tb": ["tensorboard"],
         # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA
         "ct2": ["ctranslate2>=4.0"],
+        # nmt-serve: FastAPI on uvicorn (the ASGI stack), sentencex (sentence splitting), prometheus-client (/metrics)
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "sentencex>=1.0", "prometheus-client>=0.20"],
     },
     entry_points={
         "console_scripts": [f"{prog} = nmt_toolkit.cli.{mod}:main" for prog, mod in PROGRAMS.items()],

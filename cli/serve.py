@@ -1,0 +1,95 @@
+"""nmt-serve: translate over HTTP, with dynamic batching, LibreTranslate's API and a web page.
+
+\b
+    nmt-serve data-bin/m30k --path ck/averaged.pt --cpu --threads 2           # http://127.0.0.1:8000/
+    nmt-serve data-bin/m30k --path exported-ct2/ --engine ctranslate2 --port 5000
+    curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
+         -d '{"q": "A dog runs on the beach.", "source": "en", "target": "de"}'
+
+The model loads as nmt-generate loads it (a checkpoint with its data-bin, an ensemble a.pt:b.pt, or an
+nmt-export CTranslate2 folder with --engine ctranslate2); its generation options are the server's defaults,
+which /v1/translate requests may override. Requests that arrive together are decoded in one batch (up to
+--max-batch-tokens, waiting at most --max-wait-ms). The server listens on 127.0.0.1 unless --host says
+otherwise, and on SIGTERM answers the requests in flight, then exits 0. See docs/serving.md.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+from nmt_toolkit.cli.decoding import DecodeDeviceConfig, load_translator
+from nmt_toolkit.config import CommonConfig, Group, build_command
+from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.serving.config import ServeConfig
+
+logger = logging.getLogger("nmt_toolkit.serve")
+
+
+def serve_command(configs: dict) -> int:
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.serving.models import ServedModel
+    from nmt_toolkit.serving.server import bind, build_service, serve
+
+    gen: GenerationConfig = configs["generation"]
+    cfg: ServeConfig = configs["serve"]
+    cfg.validate()
+    if gen.score_reference or gen.prefix_size:
+        raise UsageError("--score-reference and --prefix-size need references; nmt-serve translates raw text")
+    sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
+    try:
+        translator = load_translator({**configs, "io": configs["device"]}, need_attn=False)
+        task = translator.task
+        model = ServedModel(task.cfg.source_lang, task.cfg.target_lang, translator)
+        service, metrics = build_service([model], _workers(cfg, translator), _thread_setup(cfg, translator))
+        serve(service, metrics, sock)
+    finally:
+        sock.close()
+    return 0
+
+
+def _workers(cfg: ServeConfig, translator) -> ServeConfig:
+    """``cfg`` with one decode worker where batches cannot decode at once (GPU, CTranslate2, sampling)."""
+    import dataclasses
+
+    serial = (translator.engine.name != "torch" or translator.engine.device.type != "cpu"
+              or translator.gen.sampling)
+    if cfg.decode_workers > 1 and serial:
+        logger.warning("--decode-workers %d ignored: this engine decodes one batch at a time", cfg.decode_workers)
+        return dataclasses.replace(cfg, decode_workers=1)
+    return cfg
+
+
+def _thread_setup(cfg: ServeConfig, translator):
+    """What each decode thread runs first: its share of torch's intra-op threads (CPU, several workers)."""
+    import torch
+
+    if cfg.decode_workers <= 1 or translator.engine.name != "torch":
+        return None
+    per_worker = max(1, torch.get_num_threads() // cfg.decode_workers)
+    return lambda: torch.set_num_threads(per_worker)
+
+
+def groups():
+    from nmt_toolkit.registry import TASKS
+
+    return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
+            Group("generation", GenerationConfig, "generation options (the server's defaults)"),
+            Group("device", DecodeDeviceConfig, "device options"), Group("serve", ServeConfig, "server options")]
+
+
+def run(argv=None, prog: str = "nmt-serve") -> int:
+    from nmt_toolkit.cli.common import load_plugins, run_cli
+
+    def make(args):
+        load_plugins(args)
+        return build_command(prog, groups(), serve_command, help=__doc__)
+
+    return run_cli(prog, make, argv)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

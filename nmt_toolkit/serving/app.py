@@ -1,0 +1,181 @@
+"""The HTTP application: LibreTranslate's ``/translate`` and ``/languages``, the native ``/v1/translate``,
+``/health``, ``/metrics``, the web page at ``/`` and FastAPI's OpenAPI document (``/openapi.json``, ``/docs``).
+
+Errors have LibreTranslate's shape, ``{"error": "one line"}``, on every path (404 and 405 included)."""
+from __future__ import annotations
+
+import contextlib
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from nmt_toolkit.serving.languages import language_name
+from nmt_toolkit.serving.metrics import ServerMetrics
+from nmt_toolkit.serving.models import RequestError
+from nmt_toolkit.serving.requests import (LibreTranslateRequest, NativeTranslateRequest, check_api_key, fields_of,
+                                          parse, read_body)
+from nmt_toolkit.serving.text import join_text, sentences_of, split_text
+from nmt_toolkit.serving.translate import Service
+
+ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json", "/docs")
+
+
+def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await service.batcher.start()
+        try:
+            yield
+        finally:
+            await service.batcher.stop()
+
+    app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, redoc_url=None,
+                  description="Neural machine translation: LibreTranslate's API and a native one.")
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    _libretranslate_routes(app, service)
+    _native_routes(app, service)
+    _service_routes(app, service, metrics)
+    return app
+
+
+def _libretranslate_routes(app: FastAPI, service: Service) -> None:
+    @app.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
+              responses={400: {"description": "bad request: {\"error\": …}"}, 401: {"description": "no valid key"}})
+    async def translate(request: Request):
+        """LibreTranslate's translate: ``q`` (a text or a list), ``source``, ``target`` → ``translatedText``.
+        Texts are split into lines and sentences, translated, and re-joined with their whitespace."""
+        fields = await _fields(request, service)
+        req = parse(LibreTranslateRequest, fields)
+        if not req.q:
+            raise RequestError(400, "Invalid request: missing q parameter")
+        if req.format not in ("text", "html"):
+            raise RequestError(400, f"{req.format} format is not supported")
+        if req.format == "html":
+            raise RequestError(400, "html format is not supported by this server (only text)")
+        model = service.model_for(req.source, req.target)
+        texts = req.q if isinstance(req.q, list) else [req.q]
+        nbest = req.alternatives + 1
+        service.check_search({"nbest": nbest})
+        split = [split_text(text, model.source) for text in texts]
+        sentences = [s for lines in split for s in sentences_of(lines)]
+        service.check_size(texts, len(sentences))
+        options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
+        results = iter(await service.translate(request, model, sentences, options))
+        out, alternatives = [], []
+        for lines in split:
+            hyps = [next(results) for _ in sentences_of(lines)]
+            out.append(join_text(lines, [h[0].text if h else "" for h in hyps]))
+            alternatives.append(_alternatives(lines, hyps, out[-1], req.alternatives))
+        body = {"translatedText": out if isinstance(req.q, list) else out[0]}
+        if req.alternatives > 0:
+            body["alternatives"] = alternatives if isinstance(req.q, list) else alternatives[0]
+        return body
+
+    @app.get("/languages")
+    async def languages():
+        """LibreTranslate's languages: each source language with the targets it translates into."""
+        return [{"code": code, "name": language_name(code), "targets": targets}
+                for code, targets in service.pool.languages().items()]
+
+
+def _alternatives(lines, hyps: list[tuple], best: str, wanted: int) -> list[str]:
+    """The i-th alternative of a text takes every sentence's (i+1)-th hypothesis (its best where it has
+    fewer); duplicates of the translation and of each other are left out, as LibreTranslate does."""
+    found: list[str] = []
+    for rank in range(1, wanted + 1):
+        texts = [(h[rank] if len(h) > rank else h[0]).text if h else "" for h in hyps]
+        text = join_text(lines, texts)
+        if text != best and text not in found:
+            found.append(text)
+    return found
+
+
+def _native_routes(app: FastAPI, service: Service) -> None:
+    @app.post("/v1/translate", openapi_extra=_body_schema(NativeTranslateRequest))
+    async def translate_native(request: Request):
+        """Sentences with nmt-generate's search options → n-best lists with base-2 scores (as nmt-generate
+        prints them): ``{"translations": [{"text", "hypotheses": [{"text", "score", "pieces",
+        "positional_scores"}]}]}``."""
+        fields = await _fields(request, service)
+        req = parse(NativeTranslateRequest, fields)
+        model = service.model_for(req.source, req.target)
+        options = req.model_dump(exclude_none=True, exclude={"sentences", "source", "target", "api_key"})
+        service.check_search(options)
+        service.check_size(req.sentences, len(req.sentences))
+        results = await service.translate(request, model, req.sentences, options)
+        return {"source": model.source, "target": model.target,
+                "translations": [{"text": hyps[0].text if hyps else "",
+                                  "hypotheses": [{"text": h.text, "score": h.score, "pieces": h.pieces,
+                                                  "positional_scores": list(h.positional_scores)} for h in hyps]}
+                                 for hyps in results]}
+
+
+def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> None:
+    from nmt_toolkit.serving.page import PAGE
+
+    @app.get("/health")
+    async def health():
+        """``{"status": "ok"}`` once the models are loaded (the server listens only then)."""
+        return {"status": "ok", "models": [f"{m.source}-{m.target}" for m in service.pool.models.values()]}
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        """Prometheus text exposition: requests, errors, latency, batch sizes, tokens, queue."""
+        metrics.queue.set(service.batcher.waiting_sentences)
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page():
+        """A page to type text, pick the language pair and read the translation (no external resources)."""
+        return HTMLResponse(PAGE)
+
+
+async def _fields(request: Request, service: Service) -> dict:
+    body = await read_body(request, service.cfg.max_request_bytes)
+    fields = fields_of(body, request.headers.get("content-type", ""), dict(request.query_params))
+    check_api_key(service.keys, fields, request.headers)
+    return fields
+
+
+def _body_schema(model) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()},
+                                                          "application/x-www-form-urlencoded": {
+                                                              "schema": model.model_json_schema()}}}}
+
+
+async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+    return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+
+class MetricsMiddleware:
+    """Counts every answer by endpoint and status and times it (pure ASGI, so a client's disconnect reaches
+    the endpoint untouched). Unknown paths count as ``other``, which keeps the label set bounded."""
+
+    def __init__(self, app, metrics: ServerMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.monotonic(), [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.answered(endpoint, status[0], time.monotonic() - started)

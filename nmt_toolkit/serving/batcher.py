@@ -1,0 +1,187 @@
+"""Dynamic batching: the sentences of requests that arrive close together are decoded as one batch.
+
+Requests wait in one queue. Each of ``workers`` batcher tasks takes the oldest request, then keeps taking
+requests while they fit in ``max_batch_tokens`` source tokens and the oldest has waited less than
+``max_wait`` seconds (a request that waited through a previous decode goes at once). The sentences taken are
+grouped by what decodes them (language pair and search options), sorted by length and cut into batches whose
+padded size fits the budget; each batch decodes on the worker's own thread, off the event loop, so the
+server keeps answering (``/health``) while it works. A request whose caller went away (disconnected, timed
+out) is dropped before its sentences decode: it costs nothing but its place in the queue.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Optional, Sequence
+
+#: decode(key, sentences as id arrays) -> one result per sentence, in order; runs on a worker thread
+Decode = Callable[[Hashable, Sequence[Any]], list]
+
+
+@dataclass
+class Job:
+    """One request's sentences (encoded, non-empty) for one decoder; ``future`` gets their results in order."""
+
+    key: Hashable
+    ids: Sequence[Any]
+    future: asyncio.Future
+    arrived: float
+    results: list = field(default_factory=list)
+    left: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(x) for x in self.ids)
+
+    @property
+    def wanted(self) -> bool:
+        return not self.future.done()
+
+
+class BatchObserver:
+    """What the batcher reports (the metrics module implements it); the default ignores everything."""
+
+    def queued(self, sentences: int) -> None: ...
+
+    def dropped(self, sentences: int) -> None: ...
+
+    def decoded(self, sentences: int, source_tokens: int, padded_tokens: int, results: list, seconds: float) -> None:
+        ...
+
+
+class DynamicBatcher:
+    """See the module docstring. ``batching=False`` decodes one request at a time, each its own batches."""
+
+    def __init__(self, decode: Decode, *, batching: bool = True, max_batch_tokens: int = 6000,
+                 max_wait: float = 0.005, workers: int = 1, thread_setup: Optional[Callable[[], None]] = None,
+                 observer: Optional[BatchObserver] = None):
+        self.decode, self.batching, self.budget, self.max_wait = decode, batching, max_batch_tokens, max_wait
+        self.workers, self.thread_setup = workers, thread_setup
+        self.observer = observer or BatchObserver()
+        self._waiting: deque[Job] = deque()
+        self._arrival: Optional[asyncio.Event] = None
+        self._tasks: list[asyncio.Task] = []
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    @property
+    def waiting_sentences(self) -> int:
+        return sum(len(job.ids) for job in self._waiting if job.wanted)
+
+    async def start(self) -> None:
+        self._arrival = asyncio.Event()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="decode", initializer=self.thread_setup)
+        self._tasks = [asyncio.create_task(self._work(), name=f"batcher-{i}") for i in range(self.workers)]
+
+    async def stop(self) -> None:
+        """Cancel the batcher tasks (the server has answered every request by now) and free the threads."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def submit(self, key: Hashable, ids: Sequence[Any]) -> asyncio.Future:
+        """Queue one request's sentences; the future resolves to their results in order (cancel it to drop
+        the request)."""
+        loop = asyncio.get_running_loop()
+        job = Job(key, list(ids), loop.create_future(), time.monotonic(), [None] * len(ids), len(ids))
+        if not job.ids:
+            job.future.set_result([])
+            return job.future
+        self._waiting.append(job)
+        self.observer.queued(len(job.ids))
+        self._arrival.set()
+        return job.future
+
+    # ------------------------------------------------------------------ the batcher tasks
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await self._take()
+            for key, batch in plan_batches(jobs, self.budget):
+                live = [(job, i) for job, i in batch if job.wanted]
+                self._drop(len(batch) - len(live))
+                if not live:
+                    continue
+                ids = [job.ids[i] for job, i in live]
+                started = time.monotonic()
+                try:
+                    results = await loop.run_in_executor(self._pool, self.decode, key, ids)
+                except Exception as exc:  # a decode that fails fails its requests, not the server
+                    for job, _ in live:
+                        if job.wanted:
+                            job.future.set_exception(exc)
+                    continue
+                self.observer.decoded(len(ids), sum(len(x) for x in ids), len(ids) * max(len(x) for x in ids),
+                                      results, time.monotonic() - started)
+                for (job, i), result in zip(live, results):
+                    job.results[i] = result
+                    job.left -= 1
+                    if job.left == 0 and job.wanted:
+                        job.future.set_result(job.results)
+
+    async def _take(self) -> list[Job]:
+        """The next requests to decode: the oldest wanted one, and with batching those that join it in time."""
+        first = await self._next_wanted()
+        jobs, tokens = [first], first.tokens
+        if not self.batching:
+            return jobs
+        deadline = first.arrived + self.max_wait
+        while tokens < self.budget:
+            while self._waiting and not self._waiting[0].wanted:
+                self._drop(len(self._waiting.popleft().ids))
+            if self._waiting:
+                if tokens + self._waiting[0].tokens > self.budget:
+                    break
+                job = self._waiting.popleft()
+                jobs.append(job)
+                tokens += job.tokens
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        return jobs
+
+    async def _next_wanted(self) -> Job:
+        while True:
+            while not self._waiting:
+                self._arrival.clear()
+                await self._arrival.wait()
+            job = self._waiting.popleft()
+            if job.wanted:
+                return job
+            self._drop(len(job.ids))
+
+    def _drop(self, sentences: int) -> None:
+        if sentences:
+            self.observer.dropped(sentences)
+
+
+def plan_batches(jobs: list[Job], budget: int) -> list[tuple[Hashable, list[tuple[Job, int]]]]:
+    """The sentences of ``jobs`` as ``(key, [(job, sentence index)])`` batches: grouped by key, longest first,
+    each batch as many sentences as keep ``sentences × longest length`` within ``budget`` (at least one)."""
+    batches = []
+    by_key = itertools.groupby(sorted(((job.key, job, i) for job in jobs for i in range(len(job.ids))),
+                                      key=lambda t: repr(t[0])), key=lambda t: repr(t[0]))
+    for _, group in by_key:
+        items = sorted(group, key=lambda t: -len(t[1].ids[t[2]]))
+        current: list[tuple[Job, int]] = []
+        for key, job, i in items:
+            longest = len(current[0][0].ids[current[0][1]]) if current else len(job.ids[i])
+            if current and (len(current) + 1) * longest > budget:
+                batches.append((key, current))
+                current = []
+            current.append((job, i))
+        if current:
+            batches.append((current[0][0].key, current))
+    return batches

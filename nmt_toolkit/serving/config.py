@@ -1,0 +1,57 @@
+"""nmt-serve's options: where it listens, how it batches, what it refuses. CLI flags come from these fields."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nmt_toolkit.config import option
+from nmt_toolkit.errors import UsageError
+
+
+@dataclass
+class ServeConfig:
+    """The HTTP server and its dynamic batcher (the model's own options are the data and generation groups)."""
+
+    host: str = option("127.0.0.1", "address to listen on (0.0.0.0: every interface; put a reverse proxy with TLS "
+                                    "in front before you do)")
+    port: int = option(8000, "TCP port to listen on (0: any free port, printed when the server is ready)",
+                       low=0, high=65535)
+    batching: bool = option(True, "dynamic batching: decode the sentences of requests that arrive together in one "
+                                  "batch (--no-batching: one request at a time, each its own batch)")
+    max_batch_tokens: int = option(6000, "a decode batch holds at most this many source tokens, padding included "
+                                         "(a longer sentence still goes alone)", low=1, high=10_000_000)
+    max_wait_ms: float = option(5.0, "wait at most this long after a request arrives for others to join its batch",
+                                low=0, high=10_000)
+    decode_workers: int = option(1, "batches decoded at once, each on torch threads // N intra-op threads (the "
+                                    "torch engine on the CPU; 1 elsewhere)", low=1, high=64)
+    request_timeout: float = option(60.0, "seconds a request may wait for its translation; then 503", low=0,
+                                    low_open=True, high=86_400)
+    max_request_bytes: int = option(1_000_000, "largest request body (413 above)", low=1, high=1_000_000_000)
+    max_chars: int = option(20_000, "most characters of text in one request (400 above)", low=1, high=100_000_000)
+    max_sentences: int = option(500, "most sentences in one request, after splitting texts into lines and "
+                                     "sentences (400 above)", low=1, high=1_000_000)
+    max_nbest: int = option(10, "largest nbest (and LibreTranslate alternatives + 1) a request may ask for",
+                            low=1, high=100)
+    max_beam: int = option(16, "largest beam a request may ask for", low=1, high=1000)
+    api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments): requests to /translate "
+                                           "and /v1/translate must carry one (api_key field or Authorization: "
+                                           "Bearer), else 401", metavar="FILE")
+
+    def validate(self) -> None:
+        if self.max_nbest > self.max_beam:
+            raise UsageError(f"--max-nbest {self.max_nbest} is larger than --max-beam {self.max_beam}")
+
+
+def read_api_keys(path: str) -> frozenset[str]:
+    """The keys of ``path``: one a line, blank lines and ``#`` comments skipped; none at all is an error."""
+    from nmt_toolkit.errors import DataError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"--api-keys {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    keys = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise DataError(f"--api-keys {path}: no key in it (one key a line)")
+    return keys

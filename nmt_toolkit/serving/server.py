@@ -1,0 +1,81 @@
+"""Running the application: bind the port first (a taken port is an error before minutes of loading), then
+serve with uvicorn until SIGTERM or Ctrl-C. On SIGTERM uvicorn stops accepting connections and waits for the
+requests in flight (their sentences still decode); then the batcher stops and :func:`serve` returns."""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from typing import Callable, Optional, Sequence
+
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.serving.batcher import DynamicBatcher
+from nmt_toolkit.serving.config import ServeConfig, read_api_keys
+from nmt_toolkit.serving.metrics import ServerMetrics
+from nmt_toolkit.serving.models import ModelPool, ServedModel
+from nmt_toolkit.serving.translate import Service
+
+logger = logging.getLogger("nmt_toolkit.serve")
+
+#: seconds a drain may take beyond the longest a request may wait
+DRAIN_MARGIN = 5.0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``; a taken port or an unknown host is one error line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def build_service(models: Sequence[ServedModel], cfg: ServeConfig,
+                  thread_setup: Optional[Callable[[], None]] = None) -> tuple[Service, ServerMetrics]:
+    """The models behind a batcher with the configured limits, and the metrics that watch them."""
+    metrics = ServerMetrics()
+    pool = ModelPool(models)
+    batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
+                             max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers,
+                             thread_setup=thread_setup, observer=metrics)
+    keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
+    return Service(pool, batcher, cfg, keys), metrics
+
+
+def serve(service: Service, metrics: ServerMetrics, sock: socket.socket) -> None:
+    """Serve on ``sock`` until SIGTERM (returns) or SIGINT (KeyboardInterrupt after the drain)."""
+    import uvicorn
+
+    from nmt_toolkit.serving.app import create_app
+
+    app = create_app(service, metrics)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=service.cfg.request_timeout + DRAIN_MARGIN)
+    server = uvicorn.Server(config)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logger.info("serving %s on http://%s:%d (engine %s, batching %s)",
+                ", ".join(f"{m.source}-{m.target}" for m in service.pool.models.values()), shown, port,
+                next(iter(service.pool.models.values())).engine, "on" if service.cfg.batching else "off")
+    # uvicorn re-raises the signal it stopped on once it has drained; a handler of ours makes that a no-op,
+    # so SIGTERM ends the program with status 0 instead of killing it after the clean drain
+    previous = signal.signal(signal.SIGTERM, _ignore)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    logger.info("stopped")
+
+
+def _ignore(signum, frame) -> None:
+    return None
