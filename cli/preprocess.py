@@ -5,12 +5,14 @@ Thin: the options are :class:`~nmt_toolkit.data.binarize.PreprocessConfig`; the 
 """
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import click
 
-from nmt_toolkit.config import CommonConfig, Group, build_command
+from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.data.binarize import PreprocessConfig, preprocess, summary_lines
 
 HELP = """Binarize parallel text for training: build the dictionaries (optionally after learning a joint
@@ -18,17 +20,71 @@ sentencepiece or subword-nmt model), write fairseq-compatible .bin/.idx files an
 --destdir. Input files are PREFIX.<source-lang> and PREFIX.<target-lang>, one sentence per line."""
 
 
+@dataclass
+class ModelFolderConfig:
+    model_folder: Optional[str] = option(
+        None, "binarize for fine-tuning this model folder (nmt-train --finetune-from-model): its languages, "
+              "dictionaries and subword model, as --source-lang/--target-lang, --srcdict/--tgtdict and "
+              "--bpe/--bpe-model would give them", metavar="FOLDER")
+
+
+def folder_options(folder) -> dict:
+    """The preprocessing options a model folder stands for."""
+    from nmt_toolkit.errors import DataError
+
+    kind, paths = folder.codec_kind, folder.subword_paths
+    if kind and paths["source"] != paths["target"]:
+        raise DataError(f"--model-folder {folder.path}: it has separate source and target subword models "
+                        f"({os.path.basename(paths['source'])}, {os.path.basename(paths['target'])}); "
+                        f"nmt-preprocess applies one joint model")
+    src_file, tgt_file = folder.dict_files
+    return {"source_lang": folder.source_lang, "target_lang": folder.target_lang, "srcdict": src_file,
+            "tgtdict": tgt_file, "joined_dictionary": folder.src_dict == folder.tgt_dict, "bpe": kind,
+            "bpe_model": paths.get("source")}
+
+
+def check_folder_options(cfg: PreprocessConfig, wanted: dict, folder_path: str) -> None:
+    """A flag that contradicts the folder would binarize for another model: refuse it by name."""
+    from nmt_toolkit.errors import UsageError
+
+    for key, value in wanted.items():
+        if getattr(cfg, key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise UsageError(f"{flag} {getattr(cfg, key)}: contradicts --model-folder {folder_path} ({value}); "
+                             f"drop it, the folder sets it")
+
+
+def _read_folder(path: str):
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.model_folder import read_model_folder
+
+    try:
+        return read_model_folder(path)
+    except DataError as exc:
+        raise DataError(f"--model-folder {exc}") from None
+
+
 def make_command(argv: Sequence[str], prog: str = "nmt-preprocess") -> click.Command:
-    groups = [Group("common", CommonConfig, "Common options"), Group("preprocess", PreprocessConfig, "Preprocessing options")]
+    from nmt_toolkit.config import peek_options
+
+    groups = [Group("common", CommonConfig, "Common options"), Group("preprocess", PreprocessConfig, "Preprocessing options"),
+              Group("folder", ModelFolderConfig, "Starting from a model folder")]
+    path = peek_options(argv, ["model_folder"])["model_folder"]
+    wanted = folder_options(_read_folder(path)) if path else {}
+
+    def preset(configs) -> None:
+        for key, value in wanted.items():
+            setattr(configs["preprocess"], key, value)
 
     def run_configs(configs) -> int:
+        check_folder_options(configs["preprocess"], wanted, path)
         record = preprocess(configs["preprocess"], command=[prog, *argv])
         for line in summary_lines(record):
             click.echo(line)
         click.echo(f"wrote {configs['preprocess'].destdir}")
         return 0
 
-    return build_command(prog, groups, run_configs, HELP)
+    return build_command(prog, groups, run_configs, HELP, preset=preset)
 
 
 def run(argv: Optional[Sequence[str]] = None, prog: str = "nmt-preprocess") -> int:

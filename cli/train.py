@@ -60,6 +60,7 @@ def _peek(argv: Sequence[str]) -> dict[str, str]:
 def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
     load_plugins(argv)
     sel = _peek(argv)
+    folder = _finetune_folder(argv, sel)
     task_entry = registry.TASKS.get(sel["task"])
     arch_entry = registry.ARCHITECTURES.get(sel["arch"])
     model_entry = registry.MODELS.get(arch_entry.parent)
@@ -84,6 +85,10 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
 
     def preset(configs: dict[str, Any]) -> None:
         arch_entry.obj(configs["model"])
+        if folder is not None:
+            from nmt_toolkit.training.finetune import apply_folder_model
+
+            apply_folder_model(configs["model"], folder)
 
     def run(configs: dict[str, Any]) -> int:
         comp = configs["components"]
@@ -91,9 +96,30 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
         if comp.arch != sel["arch"] or comp.task != sel["task"]:
             raise UsageError("--arch/--task changed between option discovery and parsing; give them on the "
                              "command line")
+        if folder is not None:
+            from nmt_toolkit.training.finetune import check_model_options
+
+            check_model_options(configs["model"], folder)
         return train_main(configs, list(argv))
 
     return build_command(prog, groups, run, help=__doc__.split("\n\n")[0], preset=preset)
+
+
+def _finetune_folder(argv: Sequence[str], sel: dict[str, str]):
+    """The model folder of ``--finetune-from-model`` (``None`` without it); its arch becomes ``sel["arch"]``."""
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.model_folder import read_model_folder
+    from nmt_toolkit.training.finetune import folder_arch
+
+    path = peek_options(argv, ["finetune_from_model"])["finetune_from_model"]
+    if not path:
+        return None
+    try:
+        folder = read_model_folder(path)
+    except DataError as exc:
+        raise DataError(f"--finetune-from-model {exc}") from None
+    sel["arch"] = folder_arch(folder, peek_options(argv, ["arch"])["arch"])
+    return folder
 
 
 def dry_run(configs: dict[str, Any]) -> int:
@@ -131,12 +157,47 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
+    check_model_folder_target(configs["checkpoint"])
     with save_dir_lock(configs["checkpoint"], info):
         if info is None and world > 1:
             if uses_cuda(configs["optimization"]):
                 distributed.check_local_gpus(world)  # before any process starts
-            return distributed.spawn(_spawned_worker, world, (argv,))
-        return run_training(configs, info)
+            code = distributed.spawn(_spawned_worker, world, (argv,))
+        else:
+            code = run_training(configs, info)
+    spawned = os.environ.get(LOCK_HELD_ENV) is not None  # a rank this program spawned: its parent writes it
+    if code == 0 and configs["checkpoint"].save_model_folder and (info is None or info.is_master) and not spawned:
+        save_model_folder(configs)
+    return code
+
+
+def check_model_folder_target(ck) -> None:
+    """``--save-model-folder`` replaces a model folder (an earlier run's) but never another folder's files."""
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.model_folder import is_model_folder
+
+    out = ck.save_model_folder
+    if out and os.path.exists(out) and not is_model_folder(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise DataError(f"--save-model-folder {out}: exists and is not a model folder; give a new folder")
+
+
+def save_model_folder(configs: dict[str, Any]) -> None:
+    """``--save-model-folder``: the run's checkpoint_best.pt (checkpoint_last.pt when no validation chose a
+    best) with the data-bin's dictionaries and subword models, as a model folder."""
+    import logging
+
+    from nmt_toolkit.errors import DataError
+    from nmt_toolkit.export.folder_export import export
+
+    ck = configs["checkpoint"]
+    names = [n for n in ("checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(ck.save_dir, n))]
+    if not names:
+        raise DataError(f"--save-model-folder {ck.save_model_folder}: --save-dir {ck.save_dir} holds neither "
+                        f"checkpoint_best.pt nor checkpoint_last.pt to write it from")
+    checkpoint = os.path.join(ck.save_dir, names[0])
+    task = registry.TASKS.get(configs["components"].task).obj.setup_task(configs["task"])
+    export(checkpoint, task, ck.save_model_folder, overwrite=True, made_by=f"nmt-train --save-model-folder ({names[0]})")
+    logging.getLogger("nmt_toolkit.train").info("wrote the model folder %s from %s", ck.save_model_folder, checkpoint)
 
 
 #: set by a run that holds its --save-dir lock for the ranks it spawns: "<pid>:<save dir>"

@@ -63,11 +63,25 @@ class CheckpointConfig:
     reset_lr_scheduler: bool = option(False, "resume without the LR scheduler state")
     reset_dataloader: bool = option(False, "resume at the start of epoch 1 of the data")
     reset_meters: bool = option(False, "resume without the logged meters")
+    finetune_from_model: Optional[str] = option(
+        None, "start from this model folder's weights with a fresh optimizer, LR schedule and counters; the "
+              "architecture comes from the folder, and DATA must be built with its dictionaries (nmt-preprocess "
+              "--model-folder); ignored when --save-dir already holds checkpoint_last.pt (the fine-tuning resumes)",
+        metavar="FOLDER")
+    save_model_folder: Optional[str] = option(
+        None, "at the end of the run, write a model folder (weights, config, dictionaries, subword models) from "
+              "checkpoint_best.pt, or checkpoint_last.pt when there is no best", metavar="DIR")
 
     def validate(self) -> None:
         if self.best_checkpoint_metric not in VALIDATION_METRICS + ("bleu",):
             raise UsageError(f"unknown --best-checkpoint-metric {self.best_checkpoint_metric!r}: validation "
                              f"produces {', '.join(VALIDATION_METRICS)}, and bleu with --eval-bleu")
+        if self.finetune_from_model and (self.reset_optimizer or self.reset_lr_scheduler or self.reset_meters
+                                         or self.reset_dataloader or self.restore_file != "checkpoint_last.pt"):
+            raise UsageError("--finetune-from-model starts afresh from a model folder's weights: it takes no "
+                             "--restore-file or --reset-* flags")
+        if self.save_model_folder and self.no_save:
+            raise UsageError("--save-model-folder is written from the run's checkpoints, but --no-save writes none")
         check_ranges(self)
 
 

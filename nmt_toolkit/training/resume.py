@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from nmt_toolkit.errors import DataError
 from nmt_toolkit.training import checkpoints as ckpt_io
 from nmt_toolkit.training.state import TrainState
 
@@ -21,6 +22,8 @@ def resume(trainer, task, ck, optimizer_name: str, device, stored_config: dict,
     """
     path = ckpt_io.last_checkpoint(ck.save_dir, ck.restore_file)
     if path is None:
+        if ck.finetune_from_model:
+            start_from_model_folder(trainer, task, ck.finetune_from_model, progress)
         trainer.set_num_updates(0)
         return None, TrainState()
     state = ckpt_io.load_checkpoint(path, map_location=device)
@@ -35,6 +38,35 @@ def resume(trainer, task, ck, optimizer_name: str, device, stored_config: dict,
         trainer.set_num_updates(train_state.num_updates)
     progress.message(f"resumed from {path} at update {trainer.num_updates}")
     return path, train_state
+
+
+def start_from_model_folder(trainer, task, folder_path: str, progress) -> None:
+    """``--finetune-from-model``: the folder's weights, nothing else (the optimizer, LR schedule, counters and
+    data position start afresh). The data-bin must hold the folder's dictionaries: ids of another vocabulary
+    would train the embeddings of other words."""
+    from nmt_toolkit.model_folder import read_model_folder
+
+    folder = read_model_folder(folder_path)
+    check_finetune_dictionaries(folder, task)
+    trainer.load_state_dict(folder.checkpoint(), reset_optimizer=True, reset_lr_scheduler=True,
+                            path=f"--finetune-from-model {folder_path}",
+                            hint="the architecture comes from the folder: drop the model flags")
+    progress.message(f"fine-tuning from the model folder {folder_path} ({folder.source_lang}→{folder.target_lang})")
+
+
+def check_finetune_dictionaries(folder, task) -> None:
+    """The data-bin's languages and dictionaries against the folder's, one line naming both when they differ."""
+    src, tgt, langs, files = ckpt_io.task_dictionaries(task)
+    where = f"--finetune-from-model {folder.path}"
+    if tuple(langs) != (folder.source_lang, folder.target_lang):
+        raise DataError(f"{where}: translates {folder.source_lang}→{folder.target_lang}, but the data-bin "
+                                f"{task.cfg.data} is {langs[0]}→{langs[1]}")
+    for side, mine, theirs, file in (("source", src, folder.src_dict, files[0]),
+                                     ("target", tgt, folder.tgt_dict, files[1])):
+        problem = ckpt_io.dictionary_mismatch(ckpt_io.fingerprint(theirs), ckpt_io.fingerprint(mine))
+        if problem:
+            raise DataError(f"{where}: the folder's {side} dictionary differs from {file} ({problem}); "
+                                    f"build the data-bin with nmt-preprocess --model-folder {folder.path}")
 
 
 def restore_data_position(epoch_itr, train_state: TrainState, ck, world_size: int, path: Optional[str],
