@@ -67,7 +67,7 @@ def check_exportable(model, what: str) -> None:
     if odd:
         raise UsageError(f"{what}: --{odd[0].replace('_', '-')} {odd[1]} cannot be exported: CTranslate2's attention "
                          f"uses embed_dim / heads = {cfg.embed_dim} / {cfg.attention_heads} per head")
-    if cfg.activation_fn not in ("relu", "gelu"):
+    if cfg.activation_fn not in ("relu", "gelu", "silu"):
         raise UsageError(f"{what}: --activation-fn {cfg.activation_fn} has no CTranslate2 equivalent")
 
 
@@ -87,7 +87,8 @@ def build_spec(model, src_dict, tgt_dict):
     from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model.cfg
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation_fn]
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                  "silu": common_spec.Activation.SWISH}[cfg.activation_fn]
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.attention_heads, pre_norm=cfg.normalize_before,
         activation=activation, layernorm_embedding=cfg.layernorm_embedding)
@@ -132,12 +133,14 @@ def build_spec(model, src_dict, tgt_dict):
         linear(target.attention.linear[2], layer.encoder_attn.out_proj)
         norm(target.attention.layer_norm, layer.encoder_attn_res.norm)
     spec.decoder.projection.weight = array(decoder.output_weight())
+    if getattr(decoder, "output_bias", None) is not None:
+        spec.decoder.projection.bias = array(decoder.output_bias)
 
     spec.register_source_vocabulary([src_dict[i] for i in range(len(src_dict))])
     spec.register_target_vocabulary([tgt_dict[i] for i in range(len(tgt_dict))])
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
         src_dict[src_dict.unk()], src_dict[src_dict.bos()], src_dict[src_dict.eos()])
-    spec.config.decoder_start_token = tgt_dict[tgt_dict.eos()]  # EOS as BOS, fairseq's convention
+    spec.config.decoder_start_token = tgt_dict[model.decoder_start(tgt_dict)]  # EOS (fairseq's) or pad (Marian's)
     spec.config.add_source_eos = True
     spec.config.layer_norm_epsilon = 1e-5
     return spec

@@ -31,6 +31,14 @@ def check_exportable(cfg, what: str) -> None:
     if odd:
         raise NmtError(f"{what}: --{odd[0].replace('_', '-')} {odd[1]} cannot be represented in fairseq (its "
                        f"heads have d_model/h = {cfg.embed_dim}/{cfg.attention_heads} dimensions)")
+    refused = [("--output-bias", cfg.output_bias, "its output projection has no bias"),
+               ("--decoder-start pad", cfg.decoder_start == "pad", "it starts decoding from EOS"),
+               ("--activation-fn silu", cfg.activation_fn == "silu", "not among the activations we export"),
+               ("--sinusoid-layout marian", cfg.sinusoid_layout == "marian" and cfg.positional_embeddings == "sinusoidal",
+                "not among the layouts we export")]
+    for flag, applies, why in refused:
+        if applies:
+            raise NmtError(f"{what}: {flag} cannot be represented in fairseq ({why})")
 
 
 def fairseq_state_dict(state: dict, cfg, padding_idx: int = 1) -> dict:
