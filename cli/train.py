@@ -88,6 +88,7 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
         if folder is not None:
             from nmt_toolkit.training.finetune import apply_folder_model
 
+            configs["components"].arch = sel["arch"]  # the folder's, in place of the default
             apply_folder_model(configs["model"], folder)
 
     def run(configs: dict[str, Any]) -> int:
