@@ -156,7 +156,6 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
 
     from nmt_toolkit.loading import load_models
     from nmt_toolkit.training.checkpoints import current_umask, task_dictionaries
-    from nmt_toolkit.tasks.translation import read_preprocess_json
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
@@ -186,7 +185,7 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
             name = f"dict.{lang}.txt"
             dictionary.save(os.path.join(staging, name))
             record["dictionaries"][side] = name
-        subword = read_preprocess_json(task.cfg.data).get("subword")
+        subword = task.subword_record()
         if subword and subword.get("type"):
             path = subword["model"] if os.path.isabs(subword["model"]) else os.path.join(task.cfg.data, subword["model"])
             shutil.copyfile(path, os.path.join(staging, os.path.basename(path)))

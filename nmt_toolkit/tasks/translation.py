@@ -303,6 +303,11 @@ class TranslationTask:
             return None
         return subword.codec_from_record(self.cfg.data, self._record.get("subword"))
 
+    def subword_record(self) -> Optional[dict]:
+        """``preprocess.json``'s ``subword`` entry (for a model folder: its source model's), or None; a relative
+        ``model`` path is inside the data folder."""
+        return self._record.get("subword")
+
     def subword_files(self) -> tuple[Optional[str], dict]:
         """``(codec kind or None, {"source": path, "target": path})``: the subword model file(s) to copy
         into a model folder (one path for both sides when joint)."""
