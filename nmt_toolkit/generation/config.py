@@ -35,6 +35,9 @@ class GenerationConfig:
                  "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "
                  "search every sentence to its maximum length",
         choices=("bound", "beam", "never"))
+    target_lang_tag: Optional[str] = option(None, "a target-language token (e.g. >>fra<<) put before every raw "
+                                                  "source sentence: multilingual Marian (OPUS-MT) models "
+                                                  "[default: the model folder's]", metavar="TAG")
     sampling: bool = option(False, "sample instead of beam search")
     sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)", low=1, also=(-1,))
     sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)",

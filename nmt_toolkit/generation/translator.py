@@ -156,7 +156,18 @@ class Translator:
         """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended. A line
         longer than :meth:`source_limit` is a :class:`DataError` naming it (``what`` ``unit`` number, counted
         from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none."""
-        return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit)
+        return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit,
+                            self.target_lang_tag())
+
+    def target_lang_tag(self) -> Optional[str]:
+        """The language token put before every source: ``--target-lang-tag``, else the model folder's; one
+        the source dictionary lacks is an error naming it (it would be encoded as ``<unk>``)."""
+        folder = getattr(self.task, "model_folder", None)
+        tag = self.gen.target_lang_tag or (folder.target_lang_tag if folder is not None else None)
+        if tag is not None and tag not in self.task.src_dict:
+            raise UsageError(f"--target-lang-tag {tag}: not a symbol of the source dictionary (a multilingual "
+                             f"model lists its tags, e.g. >>fra<<, in its vocabulary)")
+        return tag
 
     def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
         """Translate ``sentences`` (raw text, one sentence each); results in input order."""
@@ -245,11 +256,13 @@ class Translator:
 
 
 def encode_lines(lines: Sequence[str], task, codec, limit: tuple[int, str], what: str = "input", first: int = 1,
-                 unit: str = "line") -> list[np.ndarray]:
-    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>); a line longer than ``limit`` (size,
-    what sets it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
+                 unit: str = "line", tag: Optional[str] = None) -> list[np.ndarray]:
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, ``tag`` first when given); a line
+    longer than ``limit`` (size, what sets it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
     size, reason = limit
     pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
+    if tag is not None:
+        pieces = [[tag, *p] for p in pieces]
     out = []
     for i, p in enumerate(pieces):
         ids = task.src_dict.encode_tokens(p)
