@@ -5,7 +5,6 @@ Thin: the options are :class:`~nmt_toolkit.data.binarize.PreprocessConfig`; the 
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -29,18 +28,13 @@ class ModelFolderConfig:
 
 
 def folder_options(folder) -> dict:
-    """The preprocessing options a model folder stands for."""
-    from nmt_toolkit.errors import DataError
-
+    """The preprocessing options a model folder stands for (a target subword model of its own included)."""
     kind, paths = folder.codec_kind, folder.subword_paths
-    if kind and paths["source"] != paths["target"]:
-        raise DataError(f"--model-folder {folder.path}: it has separate source and target subword models "
-                        f"({os.path.basename(paths['source'])}, {os.path.basename(paths['target'])}); "
-                        f"nmt-preprocess applies one joint model")
     src_file, tgt_file = folder.dict_files
+    target = paths.get("target") if paths.get("target") != paths.get("source") else None
     return {"source_lang": folder.source_lang, "target_lang": folder.target_lang, "srcdict": src_file,
             "tgtdict": tgt_file, "joined_dictionary": folder.src_dict == folder.tgt_dict, "bpe": kind,
-            "bpe_model": paths.get("source")}
+            "bpe_model": paths.get("source"), "bpe_model_target": target}
 
 
 def check_folder_options(cfg: PreprocessConfig, wanted: dict, folder_path: str) -> None:

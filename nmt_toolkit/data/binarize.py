@@ -70,6 +70,9 @@ class PreprocessConfig:
     bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=1)
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")
+    bpe_model_target: Optional[str] = option(None, "apply this subword model to the target side instead of --bpe-model "
+                                                   "(a model with one model per side, as Marian's source.spm and "
+                                                   "target.spm)", metavar="FILE")
     num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)", low=1)
     overwrite: bool = option(False, "replace everything earlier runs wrote into --destdir (dictionaries, subword "
                                     "model, every split) by the new set; without it, new splits are added to the old "
@@ -95,6 +98,8 @@ class PreprocessConfig:
             raise UsageError("--trainpref is required unless dictionaries are given with --srcdict/--tgtdict")
         if self.bpe and not self.trainpref and not self.bpe_model:
             raise UsageError("--bpe needs --trainpref to learn a model, or --bpe-model to reuse one")
+        if self.bpe_model_target and not self.bpe_model:
+            raise UsageError("--bpe-model-target needs --bpe-model (the source side's model)")
         if self.bpe_model and not self.bpe:
             raise UsageError("--bpe-model needs --bpe sentencepiece|subword_nmt to say what kind of model it is")
         if self.bpe == "sentencepiece" and self.bpe_vocab_size < 8 and not self.bpe_model:
@@ -156,8 +161,11 @@ def scan_file(path: str, chunk_bytes: int) -> FileScan:
 _W: dict[str, Any] = {}  # per-process state set by the pool initializer: codec, dictionaries
 
 
-def _init_worker(codec_kind: Optional[str], codec_path: Optional[str], dicts: Optional[dict]) -> None:
+def _init_worker(codec_kind: Optional[str], codec_path: Optional[str], target: Optional[tuple],
+                 dicts: Optional[dict]) -> None:
+    """``target``: ``(target language, model path)`` when the target side has a subword model of its own."""
     _W["codec"] = subword.load_codec(codec_kind, codec_path) if codec_kind else None
+    _W["target"] = (target[0], subword.load_codec(codec_kind, target[1])) if target else None
     _W["dicts"] = dicts
 
 
@@ -174,17 +182,18 @@ def _read_lines(path: str, start: int, end: int) -> list[str]:
     return lines
 
 
-def _tokenized(lines: list[str]) -> Iterator[list[str]]:
-    codec = _W.get("codec")
+def _tokenized(lines: list[str], lang: str) -> Iterator[list[str]]:
+    target = _W.get("target")
+    codec = target[1] if target is not None and target[0] == lang else _W.get("codec")
     if codec is None:
         return map(str.split, lines)
     return iter(codec.encode_pieces_batch(lines))
 
 
 def _count_chunk(task) -> Counter:
-    path, start, end = task
+    path, start, end, lang = task
     counts: Counter = Counter()
-    counts.update(chain.from_iterable(_tokenized(_read_lines(path, start, end))))
+    counts.update(chain.from_iterable(_tokenized(_read_lines(path, start, end), lang)))
     return counts
 
 
@@ -197,7 +206,7 @@ def _binarize_chunk(task):
     flat: list[int] = []
     sizes: list[int] = []
     extend, append, add_size = flat.extend, flat.append, sizes.append
-    for toks in _tokenized(_read_lines(path, start, end)):
+    for toks in _tokenized(_read_lines(path, start, end), lang):
         extend(map(get, toks))
         append(eos)
         add_size(len(toks) + 1)
@@ -296,7 +305,8 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
     cfg.validate()
     src, tgt = cfg.source_lang, cfg.target_lang
     splits = _split_prefixes(cfg)
-    for opt, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict), ("--bpe-model", cfg.bpe_model)):
+    for opt, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict), ("--bpe-model", cfg.bpe_model),
+                      ("--bpe-model-target", cfg.bpe_model_target)):
         if path and not os.path.isfile(path):
             raise DataError(f"{opt} {path}: " + ("a folder, not a file" if os.path.isdir(path) else "no such file"))
     paths = [f"{pref}.{lang}" for _, pref in splits for lang in (src, tgt)]
@@ -361,7 +371,7 @@ def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
     returns ``(kind, path)`` (both None without --bpe) and its record."""
     codec_kind = cfg.bpe
     if not codec_kind:
-        return (None, None), None
+        return (None, None, None), None
     codec_path = os.path.join(tmp, subword.model_file_name(codec_kind))
     if cfg.bpe_model:
         subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
@@ -379,7 +389,14 @@ def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
               "pieces": (subword.load_codec(codec_kind, codec_path).sp.get_piece_size()
                          if codec_kind == "sentencepiece" else None),
               "merges": cfg.bpe_merges if codec_kind == "subword_nmt" and not cfg.bpe_model else None}
-    return (codec_kind, codec_path), record
+    target = None
+    if cfg.bpe_model_target and not os.path.samefile(cfg.bpe_model_target, cfg.bpe_model):
+        subword.load_codec(codec_kind, cfg.bpe_model_target)
+        target_path = os.path.join(tmp, "target." + subword.model_file_name(codec_kind))
+        shutil.copyfile(cfg.bpe_model_target, target_path)
+        target = (cfg.target_lang, target_path)
+        record["target_model"] = os.path.basename(target_path)  # absent when one model serves both sides
+    return (codec_kind, codec_path, target), record
 
 
 def _learn_sentencepiece(cfg, train: list[str], codec_path: str) -> None:
@@ -426,7 +443,7 @@ def _train_counts(cfg, scan, lang: str, codec: tuple) -> Counter:
     total: Counter = Counter()
     with _Runner(cfg.workers, (*codec, None)) as runner, \
             _progress(os.path.getsize(scan.path), f"counting {lang}", cfg.no_progress_bar) as bar:
-        for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e) for s, e, _, _ in scan.chunks])):
+        for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e, lang) for s, e, _, _ in scan.chunks])):
             total.update(counts)
             bar.update(end - start)
     return total

@@ -301,7 +301,10 @@ class TranslationTask:
             return self.model_folder.codec(role)
         if not self.cfg.data:
             return None
-        return subword.codec_from_record(self.cfg.data, self._record.get("subword"))
+        record = self._record.get("subword")
+        if role == "target" and record and record.get("target_model"):  # the target side's own model
+            record = {**record, "model": record["target_model"]}
+        return subword.codec_from_record(self.cfg.data, record)
 
     def subword_record(self) -> Optional[dict]:
         """``preprocess.json``'s ``subword`` entry (for a model folder: its source model's), or None; a relative
@@ -316,7 +319,7 @@ class TranslationTask:
         codec = self.subword()
         if codec is None:
             return None, {}
-        return codec.kind, {"source": codec.model_path, "target": codec.model_path}
+        return codec.kind, {"source": codec.model_path, "target": self.subword("target").model_path}
 
     def dictionary_files(self) -> tuple[str, str]:
         """The files the source and target dictionaries were read from (for error messages)."""
