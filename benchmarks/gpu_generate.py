@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
+import sys
 import time
 
 import numpy as np
@@ -72,8 +74,9 @@ def decode_pass(generator, batches, device, workers: int) -> tuple[float, list]:
     return time.perf_counter() - start, [h[0]["tokens"].tolist() for out in outs for h in out]
 
 
-def profile(generator, batches, device) -> dict:
-    """Kernel launches and host/device time of ``batches`` (graphs already recorded)."""
+def profile(generator, batches, device, table_path=None, title="") -> dict:
+    """Kernel launches and host/device time of ``batches`` (graphs already recorded); with ``table_path``, the
+    operators by device time are appended there as torch.profiler's table."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -84,6 +87,11 @@ def profile(generator, batches, device) -> dict:
     graphs = sum(c for k, c in counts.items() if "GraphLaunch" in k)
     device_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
                     for e in prof.key_averages())
+    if table_path:
+        with open(table_path, "a", encoding="utf-8") as f:
+            f.write(f"## {title}: {len(batches)} batches, {launches} kernel launches, {graphs} graph launches\n")
+            f.write(prof.key_averages().table(sort_by="self_device_time_total", row_limit=25,
+                                              max_name_column_width=60) + "\n")
     return {"batches": len(batches), "kernel_launches": launches, "graph_launches": graphs,
             "wall_ms": round(seconds * 1e3, 1), "device_ms": round(device_us / 1e3, 1)}
 
@@ -106,6 +114,9 @@ def main() -> None:
     p.add_argument("--check-interval", type=int, default=4, help="--static-check-interval")
     p.add_argument("--profile-batches", type=int, default=None, help="CUDA: profile this many batches [2]")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--profile-table", default=None, metavar="FILE", help="append torch.profiler's tables here")
+    p.add_argument("--jsonl", action="store_true",
+                   help="print one JSON line per (search, precision) instead of one record (the record goes to stderr)")
     args = p.parse_args()
     device = torch.device(args.device)
     if args.threads:
@@ -158,7 +169,8 @@ def main() -> None:
             n_prof = args.profile_batches if args.profile_batches is not None else 2
             if device.type == "cuda" and n_prof > 0 and precision == precisions[0]:
                 prof = prof or {}
-                prof[search] = profile(gen, batches[:n_prof], device)
+                prof[search] = profile(gen, batches[:n_prof], device, args.profile_table,
+                                       f"{args.arch} {search} {precision} beam {args.beam}")
             gen.release()
         del model
         if device.type == "cuda":
@@ -186,7 +198,36 @@ def main() -> None:
               "batches": len(batches), "max_tokens": args.max_tokens, "beam": args.beam,
               "max_len": [args.max_len_a, args.max_len_b], "results": results, "ratios": ratios,
               "same_hypotheses": same, "profile": prof}
-    print(json.dumps(record))
+    if not args.jsonl:
+        print(json.dumps(record))
+        return
+    print(json.dumps(record), file=sys.stderr)
+    for line in figure_lines(record, args, hyps):
+        print(json.dumps(line))
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "cpu")
+
+
+def figure_lines(record: dict, args, hyps: dict) -> list[dict]:
+    """One object per measured (search, precision): the fields the GPU results files share."""
+    on_cuda = not record["device"].startswith("cpu")
+    lines = []
+    for row in record["results"]:
+        eager = hyps.get(("dynamic", row["precision"]))
+        mine = hyps[row["search"], row["precision"]]
+        same = None if row["search"] == "dynamic" or eager is None else sum(a == b for a, b in zip(mine, eager))
+        lines.append({"benchmark": "gpu_decode", "date": datetime.date.today().isoformat(),
+                      "model": f"{args.arch} shape, random weights", "engine": "torch", "dtype": row["precision"],
+                      "search": "static (CUDA graphs)" if row["search"] == "static" else "dynamic (eager)",
+                      "device": "cuda" if on_cuda else f"cpu ({torch.get_num_threads()} threads)",
+                      "card": record["device"] if on_cuda else cpu_model(), "torch": record["torch"], "sentences": args.sentences,
+                      "beam": args.beam, "max_tokens": args.max_tokens, "sentences_per_s": row["sentences_per_s"],
+                      "tokens_per_s": row["tokens_per_s"], "first_pass_s": row["first_pass_s"],
+                      "identical_to_eager": same, "peak_memory_gb": row.get("peak_memory_gb")})
+    return lines
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ token) by the device's dense peak for the dtype (nmt_toolkit/training/efficiency
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import time
 
@@ -64,6 +65,23 @@ def synthetic_batches(n_pairs: int, vocab: int, max_tokens: int, mean_length: fl
     return out
 
 
+def write_profile(trainer: Trainer, batches: list[dict], device: torch.device, path: str, title: str) -> None:
+    """Where an update's time goes: torch.profiler over ``batches``, the operators by device time (self)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for batch in batches:
+            trainer.train_step([batch])
+        trainer.take_stats()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"## {title}: {len(batches)} updates\n")
+        f.write(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="transformer_big")
@@ -79,6 +97,8 @@ def main() -> None:
     p.add_argument("--to", dest="end", type=int, default=400)
     p.add_argument("--log-interval", type=int, default=100, help="read the statistics every N updates")
     p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--profile-table", default=None, metavar="FILE",
+                   help="after the timed updates, profile 10 more with torch.profiler and write its table here")
     args = p.parse_args()
     if args.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -123,13 +143,18 @@ def main() -> None:
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t0
     skipped += sum(values is None for values in trainer.take_stats())
+    if args.profile_table:
+        write_profile(trainer, batches[args.end % len(batches):][:10] or batches[:10], device, args.profile_table,
+                      f"{args.arch} {args.precision} max_tokens={args.max_tokens} compile={compiling}")
     wps = tokens / elapsed
     mean_len = tokens / max(sentences, 1)
     flops = 3 * model.flops_per_target_token(int(round(mean_len)), int(round(mean_len)))
     tflops = flops * wps / 1e12
     peak = efficiency.peak_tflops(device, precision, args.peak_tflops)
     ratio = efficiency.mfu(tflops * 1e3, peak)
-    record = {"benchmark": "gpu_train", "arch": args.arch, "device": torch.cuda.get_device_name(device)
+    record = {"benchmark": "gpu_train", "date": datetime.date.today().isoformat(), "arch": args.arch,
+              "dtype": efficiency.compute_dtype(precision) if device.type == "cuda" else args.precision,
+              "device": torch.cuda.get_device_name(device)
               if device.type == "cuda" else "cpu", "precision": efficiency.compute_dtype(precision)
               if device.type == "cuda" else args.precision, "max_tokens": args.max_tokens,
               "compile": compiling, "pad_to_multiple": multiple, "torch": torch.__version__,

@@ -1,0 +1,93 @@
+"""One whole nmt-generate process timed and summarised as one JSON line (the GPU decoding suite's unit).
+
+    python benchmarks/decode_run.py --label parity-test --save /tmp/eager.txt -- nmt-generate bin --path m.pt --cpu
+    python benchmarks/decode_run.py --label parity-test --reference /tmp/eager.txt -- nmt-generate bin --path m.pt
+
+The command after ``--`` runs as it is (its standard output is the hypothesis file); the program's own
+"translated N sentences (T tokens) in S s (R sentences/s, …)" line gives ``sentences_per_s`` (decoding only) and
+the wall clock gives ``process_s`` (start-up included). ``--save`` keeps the H- lines for later comparison;
+``--reference`` counts the sentences whose H- line (tokens and score rounded as printed) equals the reference's.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+RATE = re.compile(r"translated (\d+) sentences \((\d+) tokens\) in ([\d.]+)s \(([\d.]+) sentences/s")
+
+
+def hypotheses(text: str) -> dict[str, str]:
+    """``{sentence id: "score<TAB>tokens"}`` from the H- lines of nmt-generate's output."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            key, rest = line[2:].split("\t", 1)
+            out[key] = rest
+    return out
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--label", required=True, help="what was decoded, e.g. 'parity model, Multi30k test'")
+    p.add_argument("--engine", default="torch")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--search", default=None)
+    p.add_argument("--device", default="cuda", help="cuda, or cpu (with --cores)")
+    p.add_argument("--cores", type=int, default=None)
+    p.add_argument("--save", default=None, help="write the H- lines here")
+    p.add_argument("--reference", default=None, help="count H- lines equal to this file's")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    process_s = time.perf_counter() - start
+    sys.stderr.write(done.stderr)
+    rate = RATE.search(done.stderr)
+    record = {"benchmark": "gpu_decode", "date": datetime.date.today().isoformat(), "model": args.label,
+              "engine": args.engine, "dtype": args.dtype, "search": args.search,
+              "device": "cuda" if args.device == "cuda" else f"cpu ({args.cores} cores)",
+              "card": gpu_name() if args.device == "cuda" else cpu_name(), "exit": done.returncode,
+              "sentences": int(rate.group(1)) if rate else None,
+              "sentences_per_s": float(rate.group(4)) if rate else None,
+              "tokens_per_s": round(int(rate.group(2)) / float(rate.group(3))) if rate else None,
+              "process_s": round(process_s, 2), "command": " ".join(command)}
+    hyps = hypotheses(done.stdout)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(hyps, f)
+    if args.reference and os.path.exists(args.reference):
+        with open(args.reference, encoding="utf-8") as f:
+            ref = json.load(f)
+        record["identical_to_eager"] = sum(hyps.get(k) == v for k, v in ref.items())
+        record["compared"] = len(ref)
+    print(json.dumps(record), flush=True)
+
+
+def gpu_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.strip() or "cuda"
+    except (OSError, subprocess.SubprocessError):
+        return "cuda"
+
+
+if __name__ == "__main__":
+    main()
