@@ -9,8 +9,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/gpu-suite-out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
-[ -e "$REPO/nmt_toolkit/cli" ] || ln -s ../cli "$REPO/nmt_toolkit/cli"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# An installed copy maps cli/ to nmt_toolkit.cli (setup.py's package_dir); a bare checkout needs the link.
+"$PY" -c "import nmt_toolkit.cli" 2>/dev/null || ln -s ../cli "$REPO/nmt_toolkit/cli"
 SHIMS=$(mktemp -d)
 for prog in generate preprocess train; do
   printf '#!/bin/sh\nexec %s -c "import sys; sys.argv[0] = \\"nmt-%s\\"; from nmt_toolkit.cli.%s import main; main()" "$@"\n' \
