@@ -88,7 +88,8 @@ def test_finetune_lowers_the_loss_and_the_new_folder_decodes(start, tmp_path, ca
     rows = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     losses = [r["valid_loss"] for r in rows if "valid_loss" in r]
     print("valid loss:", losses)
-    assert len(losses) == 3 and losses[-1] < losses[0] - 0.5, losses  # at update 0, 20, 40
+    # at update 0, 20, 40 and the epoch's end; measured: 9.21, 3.56, 3.14, 3.10 (the model knew only upper case)
+    assert len(losses) >= 3 and losses[-1] < losses[0] - 1.0, losses
     tuned = read_model_folder(str(out))
     assert tuned.src_dict == read_model_folder(str(folder)).src_dict
     source = tmp_path / "in.en"
