@@ -27,6 +27,7 @@ logger = logging.getLogger("nmt_toolkit.serve")
 
 def serve_command(configs: dict) -> int:
     from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.serving.config import read_api_keys
     from nmt_toolkit.serving.models import ServedModel
     from nmt_toolkit.serving.server import bind, build_service, serve
 
@@ -35,12 +36,13 @@ def serve_command(configs: dict) -> int:
     cfg.validate()
     if gen.score_reference or gen.prefix_size:
         raise UsageError("--score-reference and --prefix-size need references; nmt-serve translates raw text")
+    keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
     sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
     try:
         translator = load_translator({**configs, "io": configs["device"]}, need_attn=False)
         task = translator.task
         model = ServedModel(task.cfg.source_lang, task.cfg.target_lang, translator)
-        service, metrics = build_service([model], _workers(cfg, translator), _thread_setup(cfg, translator))
+        service, metrics = build_service([model], _workers(cfg, translator), keys, _thread_setup(cfg, translator))
         serve(service, metrics, sock)
     finally:
         sock.close()

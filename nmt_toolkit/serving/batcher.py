@@ -45,9 +45,11 @@ class Job:
 class BatchObserver:
     """What the batcher reports (the metrics module implements it); the default ignores everything."""
 
-    def queued(self, sentences: int) -> None: ...
-
     def dropped(self, sentences: int) -> None: ...
+
+    def decoding(self, sentences: int) -> None: ...
+
+    def failed(self, sentences: int) -> None: ...
 
     def decoded(self, sentences: int, source_tokens: int, padded_tokens: int, results: list, seconds: float) -> None:
         ...
@@ -93,7 +95,6 @@ class DynamicBatcher:
             job.future.set_result([])
             return job.future
         self._waiting.append(job)
-        self.observer.queued(len(job.ids))
         self._arrival.set()
         return job.future
 
@@ -110,9 +111,11 @@ class DynamicBatcher:
                     continue
                 ids = [job.ids[i] for job, i in live]
                 started = time.monotonic()
+                self.observer.decoding(len(ids))
                 try:
                     results = await loop.run_in_executor(self._pool, self.decode, key, ids)
                 except Exception as exc:  # a decode that fails fails its requests, not the server
+                    self.observer.failed(len(ids))
                     for job, _ in live:
                         if job.wanted:
                             job.future.set_exception(exc)

@@ -34,19 +34,22 @@ class ServerMetrics(BatchObserver):
                                        "target tokens per second of the last decoded batch", registry=r)
         self.dropped_sentences = Counter("nmt_serve_dropped_sentences", "sentences not decoded because their request was "
                                "gone (client disconnected or timed out)", registry=r)
-        self.queue = Gauge("nmt_serve_queue_sentences", "sentences waiting to be decoded", registry=r)
+        self.queue = Gauge("nmt_serve_queue_sentences", "sentences waiting for a batch", registry=r)
+        self.in_batch = Gauge("nmt_serve_decoding_sentences", "sentences in the batches decoding now", registry=r)
         self.in_flight = Gauge("nmt_serve_requests_in_flight", "requests being answered", registry=r)
-
-    def queued(self, sentences: int) -> None:
-        self.queue.inc(sentences)
 
     def dropped(self, sentences: int) -> None:
         self.dropped_sentences.inc(sentences)
-        self.queue.dec(sentences)
+
+    def decoding(self, sentences: int) -> None:
+        self.in_batch.inc(sentences)
+
+    def failed(self, sentences: int) -> None:
+        self.in_batch.dec(sentences)
 
     def decoded(self, sentences: int, source_tokens: int, padded_tokens: int, results: list, seconds: float) -> None:
         produced = sum(len(hyps[0].positional_scores) for hyps in results if hyps)
-        self.queue.dec(sentences)
+        self.in_batch.dec(sentences)
         self.batch_sentences.observe(sentences)
         self.batch_tokens.observe(padded_tokens)
         self.sentences.inc(sentences)

@@ -101,10 +101,12 @@ class ModelPool:
         raise RequestError(400, f"{target} is not available as a target language from {source}")
 
     def languages(self) -> dict[str, list[str]]:
-        """Each source language with its targets."""
+        """Every language served, each with the targets it translates into (none for a target-only one)."""
         found: dict[str, list[str]] = {}
         for source, target in self.models:
             found.setdefault(source, []).append(target)
+        for _, target in self.models:
+            found.setdefault(target, [])
         return found
 
     def decode(self, key: Hashable, ids: Sequence) -> list[tuple]:

@@ -48,7 +48,8 @@ async function loadLanguages() {
   const names = Object.fromEntries(languages.map((l) => [l.code, l.name]));
   pairs = Object.fromEntries(languages.map((l) =>
     [l.code, l.targets.map((t) => ({code: t, name: names[t] || t}))]));
-  $("source").replaceChildren(...languages.map((l) => new Option(l.name, l.code)));
+  const sources = languages.filter((l) => l.targets.length > 0);
+  $("source").replaceChildren(...sources.map((l) => new Option(l.name, l.code)));
   fillTargets();
 }
 

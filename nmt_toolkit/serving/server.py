@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.serving.batcher import DynamicBatcher
-from nmt_toolkit.serving.config import ServeConfig, read_api_keys
+from nmt_toolkit.serving.config import ServeConfig
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import ModelPool, ServedModel
 from nmt_toolkit.serving.translate import Service
@@ -40,7 +40,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_service(models: Sequence[ServedModel], cfg: ServeConfig,
+def build_service(models: Sequence[ServedModel], cfg: ServeConfig, keys: Optional[frozenset[str]] = None,
                   thread_setup: Optional[Callable[[], None]] = None) -> tuple[Service, ServerMetrics]:
     """The models behind a batcher with the configured limits, and the metrics that watch them."""
     metrics = ServerMetrics()
@@ -48,7 +48,6 @@ def build_service(models: Sequence[ServedModel], cfg: ServeConfig,
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
                              max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers,
                              thread_setup=thread_setup, observer=metrics)
-    keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
     return Service(pool, batcher, cfg, keys), metrics
 
 

@@ -20,12 +20,12 @@ class Piece:
 
 
 def split_text(text: str, language: str) -> list[list[Piece]]:
-    """``text`` as its lines (``\\r\\n`` and ``\\r`` count as line breaks), each a list of sentence pieces; an
-    empty or blank line is one piece with an empty sentence."""
+    """``text`` as its lines (``\\r\\n`` and ``\\r`` count as line breaks, and come back as ``\\n``), each a
+    list of sentence pieces; an empty or blank line is one piece with an empty sentence."""
     from sentencex import segment
 
     lines = []
-    for line in text.splitlines() or [""]:
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         pieces = []
         for chunk in segment(language, line) if line.strip() else [line]:
             stripped = chunk.strip()

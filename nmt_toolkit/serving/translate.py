@@ -26,7 +26,7 @@ class Service:
 
     def model_for(self, source: Optional[str], target: Optional[str]) -> ServedModel:
         if source == "auto":
-            codes = ", ".join(sorted(self.pool.languages()))
+            codes = ", ".join(sorted(code for code, targets in self.pool.languages().items() if targets))
             raise RequestError(400, f"source auto: this server has no language identifier; name the source "
                                     f"language ({codes})")
         if source is None or target is None:

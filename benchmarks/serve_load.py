@@ -1,0 +1,163 @@
+"""nmt-serve under load: N concurrent clients, one Multi30k test sentence per request, over loopback.
+
+    python benchmarks/serve_load.py --data BIN --path CK [--engines torch,ctranslate2] [--clients 32]
+                                    [--requests 1000] [--threads 2] [--rounds 1] [--offline]
+
+For each engine, servers with dynamic batching on and off (``--no-batching``: one request at a time, each
+its own batch) are started in turn (on, off, on, off … for ``--rounds``, so a change in the machine's load
+hits both), warmed up with 64 requests, then sent ``--requests`` requests by ``--clients`` clients, each
+sending its next request when the previous one is answered (a closed loop: the server is never idle).
+Prints one JSON line per run: requests/s (= sentences/s), latency p50/p99/mean in ms, the mean decoded batch
+size (from /metrics), and the latency of one request alone (1 client, 50 requests). ``--offline`` also runs
+nmt-generate on the same sentences (``--input``, the same threads) and prints its sentences/s, the figure
+the server's throughput is compared with. Everything stays on 127.0.0.1; every run stops by itself.
+
+The clients are plain asyncio HTTP/1.1 over keep-alive connections (a few lines, no client library) so
+that the load generator takes as little of the machine's CPU as possible from the server it measures.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(sys.executable).parent
+
+
+def load_sentences(n: int) -> list[str]:
+    data = pathlib.Path(os.environ.get("NMT_TOOLKIT_TEST_DATA", REPO.parent / "shared" / "data")) / "multi30k"
+    path = data / "test_2016_flickr.en"
+    if not path.is_file():
+        sys.exit(f"serve_load: no Multi30k test set at {path} (set NMT_TOOLKIT_TEST_DATA)")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [lines[i % len(lines)] for i in range(n)]
+
+
+def start_server(args, engine: str, batching: bool):
+    command = [str(BIN / "nmt-serve"), args.data, "--path", args.path, "--cpu", "--threads", str(args.threads),
+               "--engine", engine, "--port", "0", "--batching" if batching else "--no-batching",
+               "--max-wait-ms", str(args.max_wait_ms), "--decode-workers", str(args.decode_workers), *args.extra]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        found = re.search(r"serving \S+ on http://([\d.]+):(\d+)", line)
+        if found:  # from now on stderr is read (and dropped) by a thread, so the server never blocks on it
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, found.group(1), int(found.group(2))
+    sys.exit(f"serve_load: nmt-serve ended with {proc.wait()} before serving")
+
+
+async def request(reader, writer, host: str, body: bytes, path: str = "/translate") -> bytes:
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+    answer = await reader.readexactly(length)
+    if status != 200:
+        raise RuntimeError(f"HTTP {status}: {answer[:200]!r}")
+    return answer
+
+
+async def load(host: str, port: int, sentences: list[str], clients: int) -> list[float]:
+    """Send every sentence once, ``clients`` at a time (closed loop); the latency of each request, in s."""
+    queue = list(reversed(sentences))
+    latencies: list[float] = []
+
+    async def client():
+        reader, writer = await asyncio.open_connection(host, port)
+        while queue:
+            body = json.dumps({"q": queue.pop(), "source": "en", "target": "de"}).encode()
+            started = time.perf_counter()
+            await request(reader, writer, host, body)
+            latencies.append(time.perf_counter() - started)
+        writer.close()
+
+    await asyncio.gather(*(client() for _ in range(min(clients, len(sentences)))))
+    return latencies
+
+
+def batch_size(host: str, port: int) -> tuple[float, float]:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30).read().decode()
+    values = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(nmt_serve_batch_sentences_(?:sum|count)) (\S+)$",
+                                                                   text, re.M)}
+    return values.get("nmt_serve_batch_sentences_sum", 0.0), values.get("nmt_serve_batch_sentences_count", 0.0)
+
+
+def measure(args, engine: str, batching: bool, sentences: list[str]) -> dict:
+    proc, host, port = start_server(args, engine, batching)
+    try:
+        asyncio.run(load(host, port, sentences[:64], args.clients))  # warm-up: kernels, allocator, caches
+        alone = asyncio.run(load(host, port, sentences[:50], 1))
+        before = batch_size(host, port)
+        started = time.perf_counter()
+        latencies = sorted(asyncio.run(load(host, port, sentences, args.clients)))
+        wall = time.perf_counter() - started
+        after = batch_size(host, port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(120)
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {"engine": engine, "batching": batching, "clients": args.clients, "requests": len(latencies),
+            "requests_per_s": round(len(latencies) / wall, 2), "p50_ms": round(q[49] * 1000, 1),
+            "p99_ms": round(q[98] * 1000, 1), "mean_ms": round(statistics.fmean(latencies) * 1000, 1),
+            "mean_batch_sentences": round((after[0] - before[0]) / max(1.0, after[1] - before[1]), 2),
+            "alone_p50_ms": round(statistics.median(alone) * 1000, 1), "exit_status": status,
+            "load_average": os.getloadavg()[0]}
+
+
+def offline(args, engine: str, sentences: list[str]) -> dict:
+    """nmt-generate on the same sentences: its own sentences/s line (decoding time, model load excluded)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".en", delete=False) as f:
+        f.write("\n".join(sentences) + "\n")
+    try:
+        out = subprocess.run([str(BIN / "nmt-generate"), args.data, "--path", args.path, "--input", f.name, "--cpu",
+                              "--threads", str(args.threads), "--engine", engine], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    found = re.search(r"translated (\d+) sentences .* \(([\d.]+) sentences/s", out.stderr)
+    if not found:
+        sys.exit(f"serve_load: nmt-generate failed: {out.stderr[-500:]}")
+    return {"engine": engine, "offline_nmt_generate_sentences_per_s": float(found.group(2)),
+            "sentences": int(found.group(1)), "load_average": os.getloadavg()[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--path", required=True)
+    parser.add_argument("--engines", default="torch,ctranslate2")
+    parser.add_argument("--modes", default="on,off", help="batching modes to run, in this order each round")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--decode-workers", type=int, default=1)
+    parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more nmt-serve flags (last)")
+    args = parser.parse_args()
+    sentences = load_sentences(args.requests)
+    for engine in args.engines.split(","):
+        for _ in range(args.rounds):
+            if args.offline:
+                print(json.dumps(offline(args, engine, sentences)), flush=True)
+            for mode in args.modes.split(","):
+                print(json.dumps(measure(args, engine, mode == "on", sentences)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

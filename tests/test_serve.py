@@ -1,0 +1,217 @@
+"""nmt-serve against real clients: a server process on a loopback port, LibreTranslate's own Python client
+and httpx, compared with the Translator (itself tested against nmt-generate) on the same sentences."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi", reason="nmt-serve needs the [serve] extra (pip install -e '.[serve]')")
+httpx = pytest.importorskip("httpx", reason="the server tests need httpx (the [test] extra)")
+
+from serve_process import ServerProcess, post_json  # noqa: E402
+
+from nmt_toolkit import Translator  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(trained_translation):
+    t = trained_translation
+    process = ServerProcess(t.data, t.first, "--max-sentences", "50", "--max-chars", "5000",
+                            "--max-request-bytes", "20000")
+    yield process
+    assert process.terminate() == 0
+
+
+@pytest.fixture(scope="module")
+def translator(trained_translation):
+    return Translator.load(str(trained_translation.first), data=str(trained_translation.data), device="cpu")
+
+
+def _sources(trained_translation) -> list[str]:
+    return (trained_translation.root / "test.en").read_text().splitlines()
+
+
+def test_libretranslatepy_gets_the_translators_translations(server, translator, trained_translation):
+    from libretranslatepy import LibreTranslateAPI
+
+    client = LibreTranslateAPI(server.url)
+    assert client.languages() == [{"code": "en", "name": "English", "targets": ["de"]},
+                                  {"code": "de", "name": "German", "targets": []}]
+    sources = _sources(trained_translation)
+    expected = [r.text for r in translator.translate(sources)]
+    assert [client.translate(s, "en", "de") for s in sources] == expected
+    assert sum(e == s.upper() for e, s in zip(expected, sources)) >= 10  # a model that learned its task
+
+
+def test_a_text_is_split_into_lines_and_sentences_and_joined_back(server, translator):
+    text = "A dog runs.  The man sits on the ball.\n\n  A red cat rides. Small house.\n"
+    sentences = ["A dog runs.", "The man sits on the ball.", "A red cat rides.", "Small house."]
+    t = [r.text for r in translator.translate(sentences)]
+    answer = post_json(server.url + "/translate", {"q": text, "source": "en", "target": "de"})
+    assert answer.status_code == 200
+    assert answer.json() == {"translatedText": f"{t[0]}  {t[1]}\n\n  {t[2]} {t[3]}\n"}
+    listed = post_json(server.url + "/translate", {"q": ["A dog runs.", "", "Small house."], "source": "en",
+                                                   "target": "de"})
+    assert listed.json() == {"translatedText": [t[0], "", t[3]]}
+
+
+def test_libretranslate_alternatives_are_the_next_hypotheses(server, translator):
+    best = translator.translate(["The small dog runs on the street."], beam=4, nbest=3)[0]
+    answer = post_json(server.url + "/translate", {"q": "The small dog runs on the street.", "source": "en",
+                                                   "target": "de", "alternatives": 2}).json()
+    assert answer["translatedText"] == best.text
+    assert answer["alternatives"] == [h.text for h in best.hypotheses[1:] if h.text != best.text]
+
+
+def test_the_native_api_returns_nbest_lists_with_nmt_generates_scores(server, translator, trained_translation):
+    sources = _sources(trained_translation)[:10] + [""]
+    expected = translator.translate(sources, beam=4, nbest=3, lenpen=1.0)
+    answer = post_json(server.url + "/v1/translate", {"sentences": sources, "beam": 4, "nbest": 3, "lenpen": 1.0})
+    assert answer.status_code == 200
+    got = answer.json()
+    assert (got["source"], got["target"]) == ("en", "de")
+    assert len(got["translations"]) == len(sources)
+    for result, want in zip(got["translations"], expected):
+        assert result["text"] == want.text
+        assert [(h["text"], h["pieces"]) for h in result["hypotheses"]] == [(h.text, h.pieces) for h in want.hypotheses]
+        assert [h["score"] for h in result["hypotheses"]] == pytest.approx([h.score for h in want.hypotheses],
+                                                                          rel=1e-5)
+    assert got["translations"][-1] == {"text": "", "hypotheses": []}
+    sampled = post_json(server.url + "/v1/translate", {"sentences": sources[:3], "sampling": True, "beam": 2,
+                                                       "nbest": 2, "sampling_topk": 5, "temperature": 0.7})
+    assert sampled.status_code == 200
+    assert all(len(t["hypotheses"]) == 2 for t in sampled.json()["translations"])
+
+
+BAD = [
+    # (what, content, expected status, words the error must contain)
+    ("malformed JSON", b'{"q": "A dog', 400, "Invalid JSON"),
+    ("a JSON list", [1, 2], 400, "object"),
+    ("q missing", {"source": "en", "target": "de"}, 400, "missing q"),
+    ("q empty", {"q": "", "source": "en", "target": "de"}, 400, "missing q"),
+    ("q a number", {"q": 5, "source": "en", "target": "de"}, 400, "q"),
+    ("target missing", {"q": "A dog.", "source": "en"}, 400, "missing target"),
+    ("unknown source", {"q": "A dog.", "source": "xx", "target": "de"}, 400, "xx is not supported"),
+    ("unknown target", {"q": "A dog.", "source": "en", "target": "fr"}, 400, "fr is not supported"),
+    ("auto source", {"q": "A dog.", "source": "auto", "target": "de"}, 400, "language identifier"),
+    ("html", {"q": "<b>A dog.</b>", "source": "en", "target": "de", "format": "html"}, 400, "html"),
+    ("alternatives not a number", {"q": "A dog.", "source": "en", "target": "de", "alternatives": "x"}, 400,
+     "alternatives"),
+    ("too many alternatives", {"q": "A dog.", "source": "en", "target": "de", "alternatives": 10}, 400,
+     "--max-nbest"),
+    ("too many characters", {"q": "A dog runs. " * 500, "source": "en", "target": "de"}, 400, "--max-chars"),
+    ("too many sentences", {"q": "Dog. " * 60, "source": "en", "target": "de"}, 400, "--max-sentences"),
+    ("too big a body", {"q": "a" * 30000, "source": "en", "target": "de"}, 413, "--max-request-bytes"),
+]
+
+BAD_NATIVE = [
+    ("sentences a string", {"sentences": "A dog."}, 400, "sentences"),
+    ("a beam as text", {"sentences": ["A dog."], "beam": "4"}, 400, "beam"),
+    ("an unknown option", {"sentences": ["A dog."], "beem": 4}, 400, "unknown field beem"),
+    ("nbest over beam", {"sentences": ["A dog."], "beam": 2, "nbest": 3}, 400, "nbest"),
+    ("beam over the limit", {"sentences": ["A dog."], "beam": 64}, 400, "--max-beam"),
+    ("a negative temperature", {"sentences": ["A dog."], "sampling": True, "temperature": -1.0}, 400,
+     "temperature"),
+    ("too long a sentence", {"sentences": [" ".join(["dog"] * 1100)]}, 400, "request sentence 1"),
+    ("too many sentences", {"sentences": ["A dog."] * 51}, 400, "--max-sentences"),
+]
+
+
+def _send(url: str, content):
+    if isinstance(content, bytes):
+        return httpx.post(url, content=content, headers={"Content-Type": "application/json"}, timeout=30)
+    return post_json(url, content, timeout=30)
+
+
+@pytest.mark.parametrize("what, content, status, words_", BAD + [(f"native: {w}", c, s, x) for w, c, s, x in
+                                                                  BAD_NATIVE], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_bad_request_is_a_json_error_and_the_server_answers_the_next(server, what, content, status, words_):
+    path = "/v1/translate" if what.startswith("native") else "/translate"
+    answer = _send(server.url + path, content)
+    assert answer.status_code == status, answer.text
+    assert set(answer.json()) == {"error"} and words_ in answer.json()["error"]
+    assert "\n" not in answer.json()["error"]
+    ok = post_json(server.url + "/translate", {"q": "A dog runs.", "source": "en", "target": "de"})
+    assert ok.status_code == 200 and ok.json()["translatedText"]
+
+
+def test_unknown_paths_and_methods_have_the_same_error_shape(server):
+    assert httpx.get(server.url + "/nowhere").status_code == 404
+    assert set(httpx.get(server.url + "/nowhere").json()) == {"error"}
+    wrong = httpx.get(server.url + "/translate")
+    assert wrong.status_code == 405 and set(wrong.json()) == {"error"}
+
+
+def test_metrics_move_with_requests(server):
+    before = server.metrics()
+    for _ in range(3):
+        post_json(server.url + "/translate", {"q": "A dog runs. A cat sits.", "source": "en", "target": "de"})
+    post_json(server.url + "/translate", {"q": "", "source": "en", "target": "de"})
+    after = server.metrics()
+
+    def moved(name):
+        return after.get(name, 0) - before.get(name, 0)
+
+    assert moved('nmt_serve_requests_total{endpoint="/translate",status="200"}') == 3
+    assert moved('nmt_serve_errors_total{endpoint="/translate",status="400"}') == 1
+    assert moved("nmt_serve_sentences_total") == 6
+    assert moved('nmt_serve_request_seconds_count{endpoint="/translate"}') == 4
+    assert moved("nmt_serve_batch_sentences_count") >= 1 and moved("nmt_serve_batch_sentences_sum") == 6
+    assert moved("nmt_serve_target_tokens_total") >= 6  # each translation has at least its end token
+    assert after["nmt_serve_queue_sentences"] == after["nmt_serve_decoding_sentences"] == 0
+
+
+def test_the_openapi_document_lists_the_endpoints(server):
+    paths = httpx.get(server.url + "/openapi.json").json()["paths"]
+    assert {"/translate", "/languages", "/v1/translate", "/health", "/metrics"} <= set(paths)
+    schema = paths["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"sentences", "beam", "nbest", "lenpen", "sampling"} <= set(schema["properties"])
+
+
+def test_the_web_page_loads_nothing_from_elsewhere(server):
+    page = httpx.get(server.url + "/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "http://" not in page.text and "https://" not in page.text and "//cdn" not in page.text
+
+
+def test_a_thousand_bad_requests_leak_nothing(server):
+    from serve_process import rss_kib
+
+    bad = [b'{"q": ', {"q": 5, "source": "en", "target": "de"}, {"q": "A dog.", "source": "xx", "target": "de"},
+           {"q": "Dog. " * 60, "source": "en", "target": "de"}]
+    with httpx.Client(timeout=30) as client:
+        def send(i):
+            content = bad[i % len(bad)]
+            if isinstance(content, bytes):
+                return client.post(server.url + "/translate", content=content,
+                                   headers={"Content-Type": "application/json"})
+            return client.post(server.url + "/translate", json=content)
+
+        for i in range(200):  # allocator pools and caches reach their working size
+            send(i)
+        before = rss_kib(server.pid)
+        assert all(send(i).status_code == 400 for i in range(1000))
+        after = rss_kib(server.pid)
+    assert after <= before * 1.10, (before, after)
+    assert post_json(server.url + "/translate", {"q": "A dog runs.", "source": "en", "target": "de"}).status_code == 200
+
+
+def test_api_keys(trained_translation, tmp_path):
+    from libretranslatepy import LibreTranslateAPI
+
+    keys = tmp_path / "keys"
+    keys.write_text("# one key a line\nsecret-1\n\nsecret-2\n")
+    process = ServerProcess(trained_translation.data, trained_translation.first, "--api-keys", keys)
+    try:
+        body = {"q": "A dog runs.", "source": "en", "target": "de"}
+        for key, status in ((None, 401), ("wrong", 401), ("secret-2", 200)):
+            answer = post_json(process.url + "/translate", {**body, **({"api_key": key} if key else {})})
+            assert answer.status_code == status and (status == 200 or "API key" in answer.json()["error"])
+        bearer = post_json(process.url + "/v1/translate", {"sentences": ["A dog."]},
+                           headers={"Authorization": "Bearer secret-1"})
+        assert bearer.status_code == 200
+        assert post_json(process.url + "/v1/translate", {"sentences": ["A dog."]}).status_code == 401
+        assert LibreTranslateAPI(process.url, api_key="secret-1").translate("A dog runs.", "en", "de")
+        assert httpx.get(process.url + "/health").status_code == 200  # health and languages need no key
+        assert httpx.get(process.url + "/languages").status_code == 200
+    finally:
+        assert process.terminate() == 0

@@ -1,0 +1,55 @@
+"""nmt-serve's options and start-up refusals: every number has a range and a value outside it is one error line
+with status 2; an unreadable or empty key file and a taken port are one line each, before any model loads."""
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+import pytest
+
+pytest.importorskip("fastapi", reason="nmt-serve needs the [serve] extra (pip install -e '.[serve]')")
+
+from nmt_toolkit import config  # noqa: E402
+from nmt_toolkit.serving.config import ServeConfig  # noqa: E402
+
+NUMBERS = [f for f in dataclasses.fields(ServeConfig) if config._resolved_hints(ServeConfig)[f.name] in (int, float)]
+
+
+def _run(capsys, *args) -> tuple[int, list[str]]:
+    from nmt_toolkit.cli.serve import run
+
+    capsys.readouterr()
+    status = run([str(a) for a in args])
+    return status, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("field", NUMBERS, ids=lambda f: f.name)
+def test_every_number_has_a_range_and_refuses_a_value_outside_it(field, capsys, tmp_path):
+    bounds = config._field_range(field)
+    assert bounds.low is not None and bounds.high is not None, f"--{field.name} needs low= and high="
+    outside = bounds.high + 1 if config._resolved_hints(ServeConfig)[field.name] is int else bounds.high * 2
+    status, lines = _run(capsys, tmp_path, "--path", tmp_path / "ck.pt", config.flag_name(field), outside)
+    assert status == 2
+    assert len(lines) == 1 and lines[0].startswith("nmt-serve: error:") and config.flag_name(field) in lines[0]
+
+
+def test_a_bad_key_file_is_one_line_before_loading(capsys, tmp_path):
+    empty = tmp_path / "keys"
+    empty.write_text("# nothing but a comment\n\n")
+    for path, words in ((empty, "no key in it"), (tmp_path / "missing", "cannot read it")):
+        status, lines = _run(capsys, tmp_path, "--path", tmp_path / "absent.pt", "--api-keys", path)
+        assert status == 1 and len(lines) == 1 and f"--api-keys {path}: {words}" in lines[0]
+
+
+def test_a_taken_port_is_one_line_before_loading(capsys, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        status, lines = _run(capsys, tmp_path, "--path", tmp_path / "absent.pt", "--port", port)
+    assert status == 2 and len(lines) == 1 and f"--port {port}: cannot listen there" in lines[0]
+
+
+def test_max_nbest_over_max_beam_is_refused(capsys, tmp_path):
+    status, lines = _run(capsys, tmp_path, "--path", tmp_path / "ck.pt", "--max-beam", 2, "--max-nbest", 3)
+    assert status == 2 and len(lines) == 1 and "--max-nbest 3" in lines[0]
