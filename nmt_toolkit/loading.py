@@ -12,8 +12,9 @@ from typing import Optional, Sequence
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from nmt_toolkit.errors import DataError, NmtError
+from nmt_toolkit.errors import DataError
 
 
 def load_any_checkpoint(path: str) -> dict:
@@ -48,11 +49,11 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
     Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
     naming it. A checkpoint that records other dictionaries or another direction than ``dict_files`` and
     ``langs`` (the data-bin's) is refused by name before its model is built. So is one whose tensor shapes
-    differ from what its stored config builds (compared on the meta device, before any memory is taken): a
+    differ from what its stored config builds (compared before the weights are copied, while the model's
+    parameters are allocated but not yet written, so a config edited to a huge width takes no memory): a
     vocabulary-sized difference is a "wrong dictionary" error naming both, others an edited or mixed file.
     Returns ``(models, configs)``.
     """
-    from nmt_toolkit.models import build_model_from_config_dict
     from nmt_toolkit.training.checkpoints import check_dictionaries
 
     models, configs = [], []
@@ -65,9 +66,8 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
                 or "model" not in config["components"]:
             raise DataError(f"{path}: the checkpoint's config has no components.model entry (not written by nmt-train?)")
         weights = state["model"]
-        _check_shapes(path, _skeleton(config, src_dict, tgt_dict, path).state_dict(), weights, config,
-                      src_dict, tgt_dict, dict_files)
-        model = build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+        model = _unfilled_model(config, src_dict, tgt_dict, path)
+        _check_shapes(path, model.state_dict(), weights, config, src_dict, tgt_dict, dict_files)
         _check_finite(path, weights)
         model.load_state_dict(weights)
         model.eval()
@@ -78,18 +78,41 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
     return models, configs
 
 
-def _skeleton(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
-    """The model of ``config`` without memory for its weights (on the meta device), to compare shapes with the
-    file before building it: a config edited to a huge width would otherwise allocate gigabytes first."""
+def _unfilled_model(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
+    """The model of ``config`` with its parameters allocated but not initialised: the checkpoint's weights
+    replace every one of them (the load is strict), and until then their pages are never written, so a
+    config edited to a huge width costs address space, not memory, before the shape check refuses it."""
     from nmt_toolkit.models import build_model_from_config_dict
 
     try:
-        with torch.device("meta"):
+        with _SkipParameterInit():
             return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
-    except NmtError:
-        raise
-    except Exception:  # a plugin model that reads values while it builds: compare with the real one
-        return build_model_from_config_dict(config, src_dict, tgt_dict, what=path)
+    except RuntimeError as exc:  # the allocator refuses a size beyond the machine's memory
+        if "allocate" not in str(exc):
+            raise
+        raise DataError(f"{path}: the configuration stored with it builds a model too large for this machine's "
+                        f"memory ({str(exc).splitlines()[0]}): an edited or mixed file, or a larger machine "
+                        "needed") from None
+
+
+_RANDOM_FILLS = frozenset(getattr(torch.Tensor, name) for name in (
+    "normal_", "uniform_", "bernoulli_", "cauchy_", "exponential_", "geometric_", "log_normal_", "random_"))
+
+
+class _SkipParameterInit(TorchFunctionMode):
+    """While active, ``torch.nn.init`` functions and in-place random fills on a parameter (or a view of one)
+    do nothing. Initialising a model that is about to receive a checkpoint draws millions of random numbers
+    only to overwrite them, and writes every page of memory before the shapes are checked. Other tensors
+    (a positional table computed at build time) are made as usual."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _RANDOM_FILLS or (getattr(func, "__module__", None) == "torch.nn.init"
+                                     and func.__name__.endswith("_")):  # the in-place initialisers
+            target = args[0] if args else kwargs.get("tensor")
+            if isinstance(target, nn.Parameter) or isinstance(getattr(target, "_base", None), nn.Parameter):
+                return target
+        return func(*args, **kwargs)
 
 
 def _check_shapes(path: str, expected: dict, weights: dict, config: dict, src_dict, tgt_dict,
@@ -119,7 +142,10 @@ def _check_finite(path: str, weights: dict) -> None:
     """A NaN or infinite weight (a diverged run, a damaged file) is an error at load: decoding with it
     prints ``-inf`` hypotheses and exits 0, a wrong result that looks like a finished run."""
     for key, tensor in weights.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        # a NaN or inf makes the sum NaN or inf, so a finite sum clears the tensor in one cheap pass (a sum
+        # that overflows is checked element by element)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum())) \
+                and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
             raise DataError(f"{path}: tensor {key!r} holds {bad} non-finite values (NaN or inf) of "
                             f"{tensor.numel()}: the training diverged or the file is damaged; decode with an "
