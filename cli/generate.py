@@ -68,6 +68,15 @@ def _check_before_setup(io: GenerateIOConfig) -> None:
         check_output_folder(io.results_path, "--results-path")
 
 
+def _check_folder_input(task_cfg, gen: GenerationConfig, io: GenerateIOConfig) -> None:
+    """A model folder without a data-bin has no binarized split to translate: it needs --input."""
+    from nmt_toolkit.model_folder import is_model_folder
+
+    if not task_cfg.data and not io.input and is_model_folder(gen.path):
+        raise UsageError(f"--path {gen.path}: a model folder holds no binarized splits; give --input FILE (raw "
+                         f"text), or a data-bin built with nmt-preprocess --model-folder as DATA")
+
+
 def _check_attention_plot(io: GenerateIOConfig, translator) -> None:
     """A wrong layer or head is reported before decoding, not after."""
     from nmt_toolkit.generation.attention_maps import attention_module
@@ -204,6 +213,7 @@ def generate(configs: dict) -> int:
     gen: GenerationConfig = configs["generation"]
     io: GenerateIOConfig = configs["io"]
     _check_before_setup(io)
+    _check_folder_input(configs["task"], gen, io)
     translator = load_translator(configs, need_attn=bool(io.print_alignment or io.attention_plot),
                                  scores=not io.quiet)
     if io.attention_plot:

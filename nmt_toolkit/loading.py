@@ -18,13 +18,17 @@ from nmt_toolkit.errors import DataError
 
 
 def load_any_checkpoint(path: str) -> dict:
-    """One of our checkpoints, or a fairseq checkpoint converted on the fly (``nmt-generate --path``
-    accepts both). A file that is neither keeps our loader's error; a pickle naming a class that a
-    checkpoint never holds (a planted ``__reduce__``) is refused by name."""
+    """One of our checkpoints, a model folder (its safetensors weights and config, shaped as a checkpoint),
+    or a fairseq checkpoint converted on the fly (``nmt-generate --path`` accepts all three). A file that is
+    none of them keeps our loader's error; a pickle naming a class that a checkpoint never holds (a planted
+    ``__reduce__``) is refused by name."""
     from nmt_toolkit.export import fairseq_pickle
     from nmt_toolkit.export.fairseq_import import converted, is_fairseq_checkpoint
+    from nmt_toolkit.model_folder import is_model_folder, read_model_folder
     from nmt_toolkit.training.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
 
+    if is_model_folder(path):
+        return read_model_folder(path).checkpoint()
     try:
         return load_ours(path)
     except DataError as ours:

@@ -115,9 +115,10 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False) -> d
     """Write ``output_dir/checkpoint.pt`` (fairseq 0.12's layout) and the data-bin's dictionaries beside it."""
     from nmt_toolkit.config import from_dict
     from nmt_toolkit.models.transformer import TransformerConfig
-    from nmt_toolkit.training.checkpoints import check_task_dictionaries, load_checkpoint, save_checkpoint
+    from nmt_toolkit.loading import load_any_checkpoint
+    from nmt_toolkit.training.checkpoints import check_task_dictionaries, save_checkpoint
 
-    state = load_checkpoint(checkpoint)
+    state = load_any_checkpoint(checkpoint)  # ours, or a model folder's weights and config
     check_task_dictionaries(state, checkpoint, task)
     config = state["config"]
     if config.get("components", {}).get("model") != "transformer":

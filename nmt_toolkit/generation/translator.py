@@ -28,6 +28,7 @@ import torch
 
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.model_folder import is_model_folder
 
 logger = logging.getLogger("nmt_toolkit.translator")
 
@@ -85,17 +86,20 @@ class Translator:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, path: str, data: str, *, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+    def load(cls, path: str, data: Optional[str] = None, *, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
              engine: str = "torch", device: Optional[str] = None, max_tokens: Optional[int] = None,
              seed: int = 1, **options: Any) -> "Translator":
-        """Load ``path`` (a checkpoint, several joined by ``:``, or an nmt-export CTranslate2 folder with
-        ``engine="ctranslate2"``) with the data-bin ``data`` it was trained on. ``options`` are
+        """Load ``path`` (a checkpoint, several joined by ``:``, a model folder, or an nmt-export CTranslate2
+        folder with ``engine="ctranslate2"``) with the data-bin ``data`` it was trained on (none for a model
+        folder: it holds its dictionaries and subword models). ``options`` are
         :class:`GenerationConfig` fields (``beam``, ``nbest``, ``lenpen`` …) with their flags' ranges."""
         from nmt_toolkit.config import from_dict
         from nmt_toolkit.registry import TASKS, import_builtin_components
 
         import_builtin_components()
         entry = TASKS.get("translation")
+        if data is None and is_model_folder(path):
+            data = path
         task_values = {"data": data, "source_lang": source_lang, "target_lang": target_lang}
         if max_tokens is not None:
             task_values["max_tokens"] = max_tokens
@@ -116,7 +120,7 @@ class Translator:
 
         if not gen.path:
             raise UsageError("--path is required (a checkpoint, or several separated by ':')")
-        codec = task.subword()
+        codec = task.subword("target")  # a model folder may hold one subword model per side
         detokenizer = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
         if engine.name == "ctranslate2":
             return cls(task, _ctranslate2_generator(task, gen, engine, need_attn, scores), detokenizer, engine, gen)
