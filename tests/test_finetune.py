@@ -116,3 +116,15 @@ def test_finetune_refuses_other_dictionaries_and_contradicting_flags(start, tmp_
     assert train([str(data), "--finetune-from-model", str(folder), *TRAIN, "--arch", "transformer_big",
                   "--save-dir", str(ck)]) == 2
     assert "drop --arch, the architecture comes from the folder" in _last_error(capsys)
+
+
+def test_save_model_folder_refuses_another_folder_before_training(start, tmp_path, capsys):
+    folder, _, data = start
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    assert train([str(data), "--finetune-from-model", str(folder), *TRAIN, "--max-update", "1",
+                  "--save-dir", str(tmp_path / "ck"), "--save-model-folder", str(out)]) == 1
+    assert _last_error(capsys) == (f"nmt-train: error: --save-model-folder {out}: exists and is not a model folder; "
+                                   f"give a new folder")
+    assert (out / "notes.txt").read_text() == "keep" and not (tmp_path / "ck" / "checkpoint_last.pt").exists()

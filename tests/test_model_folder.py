@@ -158,3 +158,18 @@ def test_pickle_in_place_of_safetensors_refused_without_running_it(folder, tmp_p
     with pytest.raises(DataError, match="model.safetensors: not a safetensors file"):
         read_model_folder(str(out)).state_dict()
     assert not (tmp_path / "PLANTED").exists()
+
+
+def test_bpe_codes_round_trip_as_a_subword_nmt_codec(trained, tmp_path):
+    from nmt_toolkit.data.subword import SubwordNmtCodec, learn_subword_nmt
+
+    _, _, _, data = trained
+    text = tmp_path / "text.txt"
+    text.write_text("a man rides a red bike\nthe dog runs on the street\n" * 20)
+    codes = learn_subword_nmt([str(text)], str(tmp_path / "bpe.codes"), 30)
+    out = _write(tmp_path / "bpe", trained, subword_scheme="bpe", subword_files={"source": codes, "target": codes})
+    mf = read_model_folder(str(out))
+    assert mf.subword_scheme == "bpe" and os.path.basename(mf.subword_paths["source"]) == "bpe.codes"
+    codec = mf.codec("target")
+    assert isinstance(codec, SubwordNmtCodec)
+    assert codec.encode("a man rides") == SubwordNmtCodec(codes).encode("a man rides")
