@@ -42,10 +42,13 @@ cpu2() {  # the 2-core baseline, on the last two cores
 model_gpu() {  # NAME SPLIT DTYPE SEARCH ESTIMATE [--save F | --reference F]
   local name=$1 split=$2 dtype=$3 search=$4 estimate=$5
   shift 5
-  local flags=(--gen-subset "$split" --static-search "$search")
+  local flags=(--gen-subset "$split" --static-search "$search") label="dynamic (eager)"
+  [ "$search" = on ] && label="static (CUDA graphs)"
   [ "$dtype" = fp32 ] || flags+=(--"$dtype")
-  step "$R" "$L" "$name" "$estimate" "${RUN[@]}" --label "trained model, $split" --dtype "$dtype" \
-    --search "$search" "$@" -- "${GEN[@]}" "${flags[@]}"
+  local what="trained model, Multi30k test"
+  [ "$split" = test1 ] && what="trained model, 10,000 Multi30k train sentences"
+  step "$R" "$L" "$name" "$estimate" "${RUN[@]}" --label "$what" --dtype "$dtype" \
+    --search "$label" "$@" -- "${GEN[@]}" "${flags[@]}"
 }
 
 gpu() {
