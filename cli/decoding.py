@@ -10,7 +10,7 @@ from typing import Optional
 
 from nmt_toolkit.config import option
 from nmt_toolkit.errors import UsageError
-from nmt_toolkit.model_folder import is_model_folder
+from nmt_toolkit.model_folder import data_folder_of
 
 
 @dataclass
@@ -53,8 +53,8 @@ def load_translator(configs: dict, need_attn: bool, scores: bool = True):
     gen, io, seed = configs["generation"], configs["io"], configs["common"].seed
     if not gen.path:
         raise UsageError("--path is required (a checkpoint, or several separated by ':')")
-    if not configs["task"].data and is_model_folder(gen.path):  # the folder holds dictionaries and subword models
-        configs["task"].data = gen.path
+    if not configs["task"].data and data_folder_of(gen.path):  # the folder holds dictionaries and subword models
+        configs["task"].data = data_folder_of(gen.path)
     task = TASKS.get("translation").obj.setup_task(configs["task"])
     device = choose_device(io)
     if io.threads is not None:

@@ -70,9 +70,9 @@ def _check_before_setup(io: GenerateIOConfig) -> None:
 
 def _check_folder_input(task_cfg, gen: GenerationConfig, io: GenerateIOConfig) -> None:
     """A model folder without a data-bin has no binarized split to translate: it needs --input."""
-    from nmt_toolkit.model_folder import is_model_folder
+    from nmt_toolkit.model_folder import data_folder_of
 
-    if not task_cfg.data and not io.input and is_model_folder(gen.path):
+    if not task_cfg.data and not io.input and data_folder_of(gen.path):
         raise UsageError(f"--path {gen.path}: a model folder holds no binarized splits; give --input FILE (raw "
                          f"text), or a data-bin built with nmt-preprocess --model-folder as DATA")
 

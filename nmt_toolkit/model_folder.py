@@ -45,6 +45,13 @@ def is_model_folder(path: str) -> bool:
     return bool(path) and os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 
+def data_folder_of(path: Optional[str]) -> Optional[str]:
+    """The model folder that serves as the data-bin of ``--path`` (a folder, or an ensemble ``a:b`` whose first
+    member is one: the others are checked against its dictionaries), else None."""
+    first = (path or "").split(":")[0]
+    return first if is_model_folder(first) else None
+
+
 def scheme_of_codec(kind: Optional[str]) -> str:
     """preprocess.json's subword ``type`` (or None) → the manifest's scheme."""
     if not kind:

@@ -173,3 +173,15 @@ def test_preprocess_applies_a_folders_separate_source_and_target_subword_models(
         for i, line in enumerate(lines):
             want = dictionary.encode_tokens(models[lang].encode(line, out_type=str)).tolist()
             assert pairs[i][key].tolist() == want, (lang, i)
+
+
+def test_an_ensemble_of_folders_needs_no_data_bin(trained_translation, folder, tmp_path, capsys):
+    from nmt_toolkit.cli.export import run as export
+
+    t = trained_translation
+    second = tmp_path / "second"
+    assert export([str(t.data), "--path", str(t.second), "--format", "folder", "--output-dir", str(second)]) == 0
+    flags = ["--input", t.root / "test.en", "--beam", "2"]
+    from_folders = _generate(capsys, "--path", f"{folder}:{second}", *flags)
+    assert _lines(from_folders, "D") == _lines(_generate(capsys, t.data, "--path", f"{t.first}:{t.second}", *flags),
+                                               "D")

@@ -28,7 +28,7 @@ import torch
 
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
-from nmt_toolkit.model_folder import is_model_folder
+from nmt_toolkit.model_folder import data_folder_of
 
 logger = logging.getLogger("nmt_toolkit.translator")
 
@@ -98,8 +98,8 @@ class Translator:
 
         import_builtin_components()
         entry = TASKS.get("translation")
-        if data is None and is_model_folder(path):
-            data = path
+        if data is None:
+            data = data_folder_of(path)
         task_values = {"data": data, "source_lang": source_lang, "target_lang": target_lang}
         if max_tokens is not None:
             task_values["max_tokens"] = max_tokens
