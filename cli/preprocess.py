@@ -34,7 +34,7 @@ def folder_options(folder) -> dict:
     target = paths.get("target") if paths.get("target") != paths.get("source") else None
     return {"source_lang": folder.source_lang, "target_lang": folder.target_lang, "srcdict": src_file,
             "tgtdict": tgt_file, "joined_dictionary": folder.src_dict == folder.tgt_dict, "bpe": kind,
-            "bpe_model": paths.get("source"), "bpe_model_target": target}
+            "bpe_model": paths.get("source"), "bpe_model_target": target, "target_lang_tag": folder.target_lang_tag}
 
 
 def check_folder_options(cfg: PreprocessConfig, wanted: dict, folder_path: str) -> None:

@@ -185,3 +185,35 @@ def test_an_ensemble_of_folders_needs_no_data_bin(trained_translation, folder, t
     from_folders = _generate(capsys, "--path", f"{folder}:{second}", *flags)
     assert _lines(from_folders, "D") == _lines(_generate(capsys, t.data, "--path", f"{t.first}:{t.second}", *flags),
                                                "D")
+
+
+def test_preprocess_puts_a_folders_target_language_tag_first_in_every_source(trained_translation, tmp_path):
+    """A multilingual folder's default tag (``>>deu<<``) starts every binarized source, as the Translator puts it
+    before every raw sentence: fine-tuning then trains on what decoding feeds the model."""
+    import json
+
+    from nmt_toolkit.cli.preprocess import run as preprocess
+    from nmt_toolkit.data.dictionary import Dictionary
+    from nmt_toolkit.model_folder import write_model_folder
+    from nmt_toolkit.registry import TASKS, import_builtin_components
+
+    t = trained_translation
+    state = torch.load(t.first, map_location="cpu", weights_only=True)
+    dictionary = Dictionary.load(str(t.data / "dict.en.txt"))
+    tag = dictionary.add_symbol(">>deu<<", 0)
+    write_model_folder(str(tmp_path / "tagged"), arch="transformer_tiny", model_config=state["config"]["model"],
+                       state_dict=state["model"], src_dict=dictionary, tgt_dict=dictionary, source_lang="en",
+                       target_lang="de", subword_scheme="sentencepiece", target_lang_tag=">>deu<<", made_by="tests",
+                       subword_files={"source": str(t.data / "spm.model"), "target": str(t.data / "spm.model")})
+    assert preprocess(["--model-folder", str(tmp_path / "tagged"), "--trainpref", str(t.root / "test"),
+                       "--destdir", str(tmp_path / "bin"), "--no-progress-bar"]) == 0
+    assert json.loads((tmp_path / "bin" / "preprocess.json").read_text())["target_lang_tag"] == ">>deu<<"
+    import_builtin_components()
+    task = TASKS.get("translation").obj.setup_task(TASKS.get("translation").config(data=str(tmp_path / "bin")))
+    pairs = task.load_dataset("train")
+    untagged = TASKS.get("translation").obj.setup_task(TASKS.get("translation").config(data=str(t.data)))
+    plain = untagged.load_dataset("test")
+    assert task.default_target_lang_tag() == ">>deu<<"
+    for i in range(len(pairs)):
+        assert pairs[i]["source"].tolist() == [tag, *plain[i]["source"].tolist()]
+        assert pairs[i]["target"].tolist() == plain[i]["target"].tolist()

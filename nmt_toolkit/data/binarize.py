@@ -20,6 +20,11 @@ checksum differs. Layout with ``--num-shards K`` (K > 1)::
     destdir/shard0/train.<src>-<tgt>.<lang>.{bin,idx} … destdir/shard<K-1>/…
 
 (shard ``k`` holds the contiguous lines ``[k·N/K, (k+1)·N/K)``); with K = 1 ``train.*`` sits at the top.
+
+Several training corpora (``--trainpref a,b``) are kept apart as the splits ``train`` and ``train1``
+(fairseq's layout, which its translation task concatenates): the subword model and the dictionaries are
+learned over all of them, and ``nmt-train`` draws each epoch from them by weight or temperature
+(data/corpora.py).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 from collections import Counter
@@ -49,7 +55,10 @@ logger = logging.getLogger(__name__)
 class PreprocessConfig:
     source_lang: Optional[str] = option(None, "source language (file suffix), e.g. en", metavar="LANG")
     target_lang: Optional[str] = option(None, "target language (file suffix), e.g. de", metavar="LANG")
-    trainpref: Optional[str] = option(None, "training files prefix: reads PREFIX.<src> and PREFIX.<tgt>", metavar="PREFIX")
+    trainpref: Optional[str] = option(None, "training files prefix: reads PREFIX.<src> and PREFIX.<tgt>; several "
+                                            "comma-separated prefixes are several corpora, kept apart as the "
+                                            "splits train, train1, … (nmt-train --corpus-weights samples them)",
+                                      metavar="PREFIX")
     validpref: Optional[str] = option(None, "validation files prefix(es), comma-separated (valid, valid1, …)", metavar="PREFIX")
     testpref: Optional[str] = option(None, "test files prefix(es), comma-separated (test, test1, …)", metavar="PREFIX")
     destdir: str = option("data-bin", "output folder", metavar="DIR")
@@ -73,6 +82,9 @@ class PreprocessConfig:
     bpe_model_target: Optional[str] = option(None, "apply this subword model to the target side instead of --bpe-model "
                                                    "(a model with one model per side, as Marian's source.spm and "
                                                    "target.spm)", metavar="FILE")
+    target_lang_tag: Optional[str] = option(None, "put this token first in every source sentence: a multilingual "
+                                                  "model's target-language tag, such as >>fra<< (--model-folder "
+                                                  "sets the folder's)", metavar="TAG")
     num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)", low=1)
     overwrite: bool = option(False, "replace everything earlier runs wrote into --destdir (dictionaries, subword "
                                     "model, every split) by the new set; without it, new splits are added to the old "
@@ -94,6 +106,12 @@ class PreprocessConfig:
             raise UsageError(f"--num-shards must be ≥ 1, got {self.num_shards}")
         if self.padding_factor < 1:
             raise UsageError(f"--padding-factor must be ≥ 1, got {self.padding_factor}")
+        if self.trainpref is not None and not training_prefixes(self.trainpref):
+            raise UsageError(f"--trainpref {self.trainpref!r}: names no file prefix")
+        if self.num_shards > 1 and len(training_prefixes(self.trainpref)) > 1:
+            raise UsageError(f"--num-shards {self.num_shards}: shards are for one training corpus, and "
+                             f"--trainpref names {len(training_prefixes(self.trainpref))}; binarize them "
+                             f"without --num-shards")
         if not self.trainpref and not (self.srcdict and (self.tgtdict or self.joined_dictionary)):
             raise UsageError("--trainpref is required unless dictionaries are given with --srcdict/--tgtdict")
         if self.bpe and not self.trainpref and not self.bpe_model:
@@ -104,6 +122,16 @@ class PreprocessConfig:
             raise UsageError("--bpe-model needs --bpe sentencepiece|subword_nmt to say what kind of model it is")
         if self.bpe == "sentencepiece" and self.bpe_vocab_size < 8 and not self.bpe_model:
             raise UsageError(f"--bpe-vocab-size must be ≥ 8, got {self.bpe_vocab_size}")
+
+
+def training_prefixes(trainpref: Optional[str]) -> list[str]:
+    """The corpora of ``--trainpref a,b``: one file prefix each, in the order given."""
+    return [p for p in (trainpref or "").split(",") if p.strip()]
+
+
+def training_split_names(splits) -> list[str]:
+    """The training corpora among split names (``train``, ``train1``, …), in order."""
+    return [name for name in splits if re.fullmatch(r"train\d*", name)]
 
 
 # ------------------------------------------------------------------------------------------ scanning
@@ -162,11 +190,13 @@ _W: dict[str, Any] = {}  # per-process state set by the pool initializer: codec,
 
 
 def _init_worker(codec_kind: Optional[str], codec_path: Optional[str], target: Optional[tuple],
-                 dicts: Optional[dict]) -> None:
-    """``target``: ``(target language, model path)`` when the target side has a subword model of its own."""
+                 dicts: Optional[dict], source_tag: Optional[tuple] = None) -> None:
+    """``target``: ``(target language, model path)`` when the target side has a subword model of its own;
+    ``source_tag``: ``(source language, token)`` put first in every source sentence."""
     _W["codec"] = subword.load_codec(codec_kind, codec_path) if codec_kind else None
     _W["target"] = (target[0], subword.load_codec(codec_kind, target[1])) if target else None
     _W["dicts"] = dicts
+    _W["source_tag"] = source_tag
 
 
 def _read_lines(path: str, start: int, end: int) -> list[str]:
@@ -185,9 +215,11 @@ def _read_lines(path: str, start: int, end: int) -> list[str]:
 def _tokenized(lines: list[str], lang: str) -> Iterator[list[str]]:
     target = _W.get("target")
     codec = target[1] if target is not None and target[0] == lang else _W.get("codec")
-    if codec is None:
-        return map(str.split, lines)
-    return iter(codec.encode_pieces_batch(lines))
+    tokens = map(str.split, lines) if codec is None else iter(codec.encode_pieces_batch(lines))
+    tag = _W.get("source_tag")
+    if tag is not None and tag[0] == lang:
+        return ([tag[1], *t] for t in tokens)
+    return tokens
 
 
 def _count_chunk(task) -> Counter:
@@ -254,9 +286,7 @@ def _progress(total: int, desc: str, disable: bool):
 
 def _split_prefixes(cfg: PreprocessConfig) -> list[tuple[str, str]]:
     splits = []
-    if cfg.trainpref:
-        splits.append(("train", cfg.trainpref))
-    for name, prefs in (("valid", cfg.validpref), ("test", cfg.testpref)):
+    for name, prefs in (("train", cfg.trainpref), ("valid", cfg.validpref), ("test", cfg.testpref)):
         for k, pref in enumerate(p for p in (prefs or "").split(",") if p):
             splits.append((name if k == 0 else f"{name}{k}", pref))
     return splits
@@ -317,10 +347,11 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         a, b = scans[name][src], scans[name][tgt]
         if a.lines != b.lines:
             raise DataError(f"{name} files differ in length: {a.path} has {a.lines} lines, {b.path} has {b.lines}")
-    if cfg.trainpref and scans["train"][src].lines == 0:
-        raise DataError(f"empty training set: {scans['train'][src].path} and {scans['train'][tgt].path} have no lines")
+    for name in training_split_names(scans):
+        if scans[name][src].lines == 0:
+            raise DataError(f"empty training set: {scans[name][src].path} and {scans[name][tgt].path} have no lines")
     for name, sides in scans.items():  # an empty valid split would validate as loss 0 and become the best
-        if name != "train" and sides[src].lines == 0:
+        if name not in training_split_names(scans) and sides[src].lines == 0:
             option = "--validpref" if name.startswith("valid") else "--testpref"
             raise DataError(f"{option}: {sides[src].path} and {sides[tgt].path} have no lines; give files with "
                             f"sentences, or leave the split out")
@@ -359,11 +390,15 @@ def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
     codec, subword_record = _subword_model(cfg, scans, tmp)
     dicts = _dictionaries(cfg, scans, codec, tmp, destdir)
     record = _record(cfg, dicts, subword_record, command)
-    with _Runner(cfg.workers, (*codec, dicts)) as runner:
+    with _Runner(cfg.workers, (*codec, dicts, _source_tag(cfg))) as runner:
         for name, _ in splits:
             record["splits"][name] = _binarize_split(cfg, name, scans[name], dicts, record, runner, tmp)
     data_bin.write_record(tmp, record)
     return record
+
+
+def _source_tag(cfg) -> Optional[tuple]:
+    return (cfg.source_lang, cfg.target_lang_tag) if cfg.target_lang_tag else None
 
 
 def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
@@ -377,7 +412,8 @@ def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
         subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
         shutil.copyfile(cfg.bpe_model, codec_path)
     else:
-        train = [scans["train"][lang].path for lang in (cfg.source_lang, cfg.target_lang)]
+        train = [scans[name][lang].path for name in training_split_names(scans)
+                 for lang in (cfg.source_lang, cfg.target_lang)]
         logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))
         if codec_kind == "sentencepiece":
             _learn_sentencepiece(cfg, train, codec_path)
@@ -411,7 +447,8 @@ def _learn_sentencepiece(cfg, train: list[str], codec_path: str) -> None:
 
 
 def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
-    """Step 2: one dictionary per language (given, or counted over the subword-encoded training text),
+    """Step 2: one dictionary per language (given, or counted over the subword-encoded text of every
+    training corpus),
     saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless --overwrite."""
     src, tgt = cfg.source_lang, cfg.target_lang
 
@@ -420,7 +457,8 @@ def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
             return Dictionary.load(given)
         counts: Counter = Counter()
         for lang in langs:
-            counts.update(_train_counts(cfg, scans["train"][lang], lang, codec))
+            for name in training_split_names(scans):
+                counts.update(_train_counts(cfg, scans[name][lang], lang, codec))
         return Dictionary.from_counts(counts, threshold, nwords, cfg.padding_factor)
 
     if cfg.joined_dictionary:
@@ -432,6 +470,9 @@ def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
         src_dict = build_dict(cfg.srcdict, (src,), cfg.thresholdsrc, cfg.nwordssrc)
         tgt_dict = build_dict(cfg.tgtdict, (tgt,), cfg.thresholdtgt, cfg.nwordstgt)
     dicts = {src: src_dict, tgt: tgt_dict}
+    if cfg.target_lang_tag and cfg.target_lang_tag not in src_dict:
+        raise DataError(f"--target-lang-tag {cfg.target_lang_tag}: not a symbol of the source dictionary "
+                        f"{cfg.srcdict or ''}: the tag would be encoded as <unk>")
     for lang, d in dicts.items():
         _check_existing_dictionary(cfg, os.path.join(destdir, f"dict.{lang}.txt"), d)
         d.save(os.path.join(tmp, f"dict.{lang}.txt"))
@@ -441,7 +482,7 @@ def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
 def _train_counts(cfg, scan, lang: str, codec: tuple) -> Counter:
     """Token counts of one training file, its chunks counted by the workers."""
     total: Counter = Counter()
-    with _Runner(cfg.workers, (*codec, None)) as runner, \
+    with _Runner(cfg.workers, (*codec, None, _source_tag(cfg))) as runner, \
             _progress(os.path.getsize(scan.path), f"counting {lang}", cfg.no_progress_bar) as bar:
         for (start, end, _, _), counts in zip(scan.chunks, runner.map(_count_chunk, [(scan.path, s, e, lang) for s, e, _, _ in scan.chunks])):
             total.update(counts)
@@ -471,6 +512,7 @@ def _record(cfg, dicts: dict, subword_record: Optional[dict], command) -> dict:
         "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d), "checksum": checksums[lang]}
                          for lang, d in dicts.items()},
         "subword": subword_record,
+        **({"target_lang_tag": cfg.target_lang_tag} if cfg.target_lang_tag else {}),
         "num_shards": cfg.num_shards if cfg.trainpref else None,
         "splits": {},
     }

@@ -24,8 +24,8 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False, made
     config = configs[0]
     kind, files = task.subword_files()
     arch = (config.get("components") or {}).get("arch") or config["components"]["model"]
-    if task.model_folder is not None and target_lang_tag is None:
-        target_lang_tag = task.model_folder.target_lang_tag
+    if target_lang_tag is None:
+        target_lang_tag = task.default_target_lang_tag()
     try:
         write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
                            state_dict=models[0].state_dict(), src_dict=src, tgt_dict=tgt, source_lang=langs[0],

@@ -166,8 +166,7 @@ class Translator:
     def target_lang_tag(self) -> Optional[str]:
         """The language token put before every source: ``--target-lang-tag``, else the model folder's; one
         the source dictionary lacks is an error naming it (it would be encoded as ``<unk>``)."""
-        folder = getattr(self.task, "model_folder", None)
-        tag = self.gen.target_lang_tag or (folder.target_lang_tag if folder is not None else None)
+        tag = self.gen.target_lang_tag or self.task.default_target_lang_tag()
         if tag is not None and tag not in self.task.src_dict:
             raise UsageError(f"--target-lang-tag {tag}: not a symbol of the source dictionary (a multilingual "
                              f"model lists its tags, e.g. >>fra<<, in its vocabulary)")

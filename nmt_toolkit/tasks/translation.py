@@ -11,6 +11,10 @@ count in the log (in the training split always; in other splits only with
 
 Sharded training data (``destdir/shard0 …``, ``nmt-preprocess --num-shards K``): epoch ``e`` reads shard
 ``(e-1) mod K``; the iterator of the training split reloads the right shard itself when the epoch changes.
+
+Several training corpora (``train``, ``train1``, …: ``nmt-preprocess --trainpref a,b``) are read as one
+training set once :meth:`TranslationTask.sample_corpora` names the split; each epoch is drawn from them as
+data/corpora.py says, and the iterator reloads the draw when the epoch changes.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import numpy as np
 
 from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.data import subword
+from nmt_toolkit.data import corpora as corpus_mix
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
 from nmt_toolkit.data.data_bin import check_record
 from nmt_toolkit.data.dictionary import Dictionary
@@ -100,6 +105,8 @@ class TranslationTask:
         self.datasets: dict[str, LanguagePairDataset] = {}
         self.model_folder: Optional[ModelFolder] = None
         self._record = read_preprocess_json(cfg.data) if cfg.data else {}
+        self._corpus_sampling: Optional[tuple] = None  # (split, CorpusSamplingConfig, seed)
+        self._corpora: Optional[list] = None
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -199,7 +206,45 @@ class TranslationTask:
                                 f"{os.path.join(self.cfg.data, f'dict.{lang}.txt')} (checksums differ); "
                                 f"binarize it again with this dictionary")
 
+    def sample_corpora(self, split: str, cfg: "corpus_mix.CorpusSamplingConfig", seed: int) -> None:
+        """Read ``split`` with its sibling corpora ``split1``, ``split2``, … as one training set, each
+        epoch drawn under ``cfg`` with ``seed``; the options are checked against the corpora found."""
+        cfg.validate(self.corpus_names(split))
+        self._corpus_sampling = (split, cfg, seed)
+
+    def corpus_names(self, split: str) -> list[str]:
+        """``split`` and the corpora binarized beside it: ``train``, ``train1``, … as fairseq numbers them."""
+        names = [split]
+        while self.cfg.data and dataset_exists(self._prefix(self.cfg.data, f"{split}{len(names)}",
+                                                            self.cfg.source_lang)):
+            names.append(f"{split}{len(names)}")
+        return names
+
+    def _drawn_epochs(self, split: str) -> bool:
+        """Whether ``split`` is several corpora whose epochs are drawn anew (not a fixed concatenation)."""
+        sampling = self._corpus_sampling
+        return sampling is not None and sampling[0] == split and sampling[1].resamples() and \
+            len(self.corpus_names(split)) > 1
+
     def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
+        sampling = self._corpus_sampling
+        if sampling is not None and sampling[0] == split and len(self.corpus_names(split)) > 1:
+            return self._load_mixture(split, epoch, sampling[1], sampling[2])
+        dataset = self._read_split(split, epoch)
+        self.datasets[split] = dataset
+        return dataset
+
+    def _load_mixture(self, split: str, epoch: int, cfg, seed: int) -> LanguagePairDataset:
+        names = self.corpus_names(split)
+        if self._corpora is None:
+            self._corpora = [self._read_split(name, epoch) for name in names]
+        mixture = corpus_mix.mix(self._corpora, names, cfg, seed, epoch)
+        mixture.split, mixture.epoch = split, epoch
+        self.datasets[split] = mixture
+        logger.info("%s: epoch %d reads %d pairs: %s", split, epoch, len(mixture), mixture.composition())
+        return mixture
+
+    def _read_split(self, split: str, epoch: int) -> LanguagePairDataset:
         folder = self.split_folder(split, epoch)
         self.check_split(split)
         src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang), len(self.src_dict),
@@ -213,7 +258,6 @@ class TranslationTask:
                             f"files with lines, or leave it out")
         dataset = LanguagePairDataset(src, src.sizes, self.src_dict, tgt, tgt.sizes, self.tgt_dict)
         dataset.split, dataset.epoch = split, epoch
-        self.datasets[split] = dataset
         logger.info("%s: %d pairs from %s", split, len(dataset), folder)
         return dataset
 
@@ -278,7 +322,8 @@ class TranslationTask:
                                  max_positions, strict, shuffle_ties)
 
         reload = None
-        if split is not None and self.cfg.data and self.split_folder(split) != self.cfg.data and self.num_shards(split) > 1:
+        if split is not None and self.cfg.data and (self._drawn_epochs(split) or (
+                self.split_folder(split) != self.cfg.data and self.num_shards(split) > 1)):
             def reload(e: int):
                 ds = self.load_dataset(split, epoch=e)
                 return ds, batches_for(ds)
@@ -305,6 +350,13 @@ class TranslationTask:
         if role == "target" and record and record.get("target_model"):  # the target side's own model
             record = {**record, "model": record["target_model"]}
         return subword.codec_from_record(self.cfg.data, record)
+
+    def default_target_lang_tag(self) -> Optional[str]:
+        """The target-language token the sources were binarized with (``preprocess.json``), or a model
+        folder's default one; None for most models."""
+        if self.model_folder is not None:
+            return self.model_folder.target_lang_tag
+        return self._record.get("target_lang_tag")
 
     def subword_record(self) -> Optional[dict]:
         """``preprocess.json``'s ``subword`` entry (for a model folder: its source model's), or None; a relative
