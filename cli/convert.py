@@ -1,9 +1,15 @@
-"""nmt-convert: a fairseq checkpoint → one of ours, to fine-tune with nmt-train or keep.
+"""nmt-convert: a fairseq checkpoint → one of ours, or a Hugging Face Marian (OPUS-MT) model → a model folder.
 
 \b
     nmt-convert --from fairseq --path wmt16.en-de.joined-dict.transformer/model.pt --output ck/imported.pt
     nmt-train data-bin/wmt16 --restore-file ck/imported.pt --reset-optimizer --reset-lr-scheduler \\
         --reset-dataloader --reset-meters <the model flags nmt-convert prints> ...
+    nmt-convert --from marian --path opus-mt-en-de --output opus-mt-en-de.nmt
+    nmt-generate --path opus-mt-en-de.nmt --input raw.en
+
+With --from marian, --path is a MarianMTModel folder (config.json, model.safetensors or pytorch_model.bin,
+vocab.json, source.spm, target.spm, tokenizer_config.json) and --output becomes a model folder; see
+docs/pretrained-models.md.
 
 The checkpoint is read without fairseq and without running pickled code (a restricted unpickler: tensors,
 containers, argparse.Namespace and omegaconf trees only). The model options are taken from the file's
@@ -23,11 +29,16 @@ from nmt_toolkit.config import CommonConfig, Group, build_command, option
 class ConvertConfig:
     """Which checkpoint to convert, from which format, and where to write ours."""
 
-    from_format: str = option("fairseq", "the checkpoint's format", choices=("fairseq",), flag="--from")
-    path: Optional[str] = option(None, "the checkpoint to convert", metavar="FILE")
-    output: Optional[str] = option(None, "our checkpoint to write (atomically; an existing file is replaced only "
-                                         "with --overwrite)", metavar="FILE")
+    from_format: str = option("fairseq", "the checkpoint's format: a fairseq checkpoint file, or a Hugging Face "
+                                          "MarianMTModel folder", choices=("fairseq", "marian"), flag="--from")
+    path: Optional[str] = option(None, "the checkpoint (fairseq) or folder (marian) to convert", metavar="PATH")
+    output: Optional[str] = option(None, "our checkpoint (fairseq) or model folder (marian) to write (atomically; "
+                                         "an existing one is replaced only with --overwrite)", metavar="PATH")
     overwrite: bool = option(False, "replace --output if it exists")
+    source_lang: Optional[str] = option(None, "--from marian: the source language [default: tokenizer_config.json's]")
+    target_lang: Optional[str] = option(None, "--from marian: the target language [default: tokenizer_config.json's]")
+    target_lang_tag: Optional[str] = option(None, "--from marian: the folder's default target-language token of "
+                                                  "a multilingual model (e.g. >>fra<<)", metavar="TAG")
 
 
 def model_flags(model_cfg: dict) -> list[str]:
@@ -57,6 +68,8 @@ def convert(configs: dict) -> int:
     from nmt_toolkit.training.checkpoints import save_checkpoint
 
     cfg: ConvertConfig = configs["convert"]
+    if cfg.from_format == "marian":
+        return convert_marian(cfg)
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
     if os.path.exists(cfg.output) and not cfg.overwrite:
@@ -66,6 +79,26 @@ def convert(configs: dict) -> int:
     flags = " ".join(["--arch", "transformer_base", *model_flags(state["config"]["model"])])
     logging.getLogger("nmt_toolkit.convert").info("wrote %s; nmt-train rebuilds this model with: %s", cfg.output, flags)
     print(flags)
+    return 0
+
+
+def convert_marian(cfg: ConvertConfig) -> int:
+    import logging
+    import os
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.marian_import import import_marian
+
+    if not cfg.path or not cfg.output:
+        raise UsageError("--path (the MarianMTModel folder) and --output (our model folder) are required")
+    if os.path.exists(cfg.output) and not cfg.overwrite:
+        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
+    record = import_marian(cfg.path, cfg.output, cfg.source_lang, cfg.target_lang, cfg.target_lang_tag,
+                           cfg.overwrite)
+    tags = record["tags"]
+    logging.getLogger("nmt_toolkit.convert").info(
+        "wrote model folder %s (%s→%s, %d/%d symbols%s)", cfg.output, record["source_lang"], record["target_lang"],
+        *record["vocabulary"], f"; target-language tags: {' '.join(tags[:10])}" if tags else "")
     return 0
 
 

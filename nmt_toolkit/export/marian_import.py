@@ -1,0 +1,335 @@
+"""Hugging Face Marian (``MarianMTModel``: the OPUS-MT models) → a model folder of ours.
+
+A Marian model is our post-norm Transformer with four differences, each a named option of
+:class:`~nmt_toolkit.models.transformer.TransformerConfig`: the feed-forward activation is SiLU ("swish";
+``--activation-fn silu``), the pre-softmax projection has a bias (``final_logits_bias``; ``--output-bias``),
+the sinusoids are laid out sine half then cosine half (``--sinusoid-layout marian``) and decoding starts from
+the padding symbol (``--decoder-start pad``). Everything else maps weight for weight: Marian's separate Q, K, V
+projections are concatenated into our fused ones, its layer norms are our residual wrappers' norms.
+
+Vocabulary: our dictionaries put ``<s> <pad> </s> <unk>`` at indices 0–3 (fairseq's order, which the
+data pipeline, the search and every data-bin rely on), while a Marian vocabulary has ``</s>`` at 0, ``<unk>``
+at 1 and ``<pad>`` last, and no ``<s>``. The embedding rows (and ``final_logits_bias``) are therefore permuted
+into our order rather than teaching the dictionary another order: index ``i`` of our dictionary holds Marian
+id ``order[i]``. A symbol Marian lacks (``<s>``) gets a zero embedding row and an output bias of
+:data:`ABSENT_LOGIT`, so its probability is exactly 0 in float32 and our log-probabilities equal Marian's.
+
+Weights are read from ``model.safetensors``, or from ``pytorch_model.bin`` through ``torch.load(...,
+weights_only=True)``, which refuses a pickle that would run code. Options our model cannot reproduce are
+refused in one line naming the ``config.json`` key.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+from nmt_toolkit.data.dictionary import BOS, EOS, PAD, UNK, Dictionary
+from nmt_toolkit.errors import DataError, UsageError
+
+#: the output bias of a symbol our dictionary has and Marian's vocabulary lacks: exp() of it underflows to 0
+#: next to any real logit, and it stays finite (weights are checked for NaN/inf at load)
+ABSENT_LOGIT = -1e4
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
+#: keys of older Marian/BART configs whose only value Hugging Face's MarianMTModel computes
+_FIXED_KEYS = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
+               "static_position_embeddings": True, "add_bias_logits": False, "layernorm_embedding": False,
+               "scale_embedding": None, "encoder_layerdrop": None, "decoder_layerdrop": None}
+_SAME = (("encoder_ffn_dim", "decoder_ffn_dim"), ("encoder_attention_heads", "decoder_attention_heads"))
+
+
+@dataclass
+class MarianFolder:
+    """The files of a ``MarianMTModel`` folder, read and checked."""
+
+    path: str
+    config: dict
+    weights: dict
+    source_vocab: list  # Marian id → token
+    target_vocab: list
+    source_spm: str
+    target_spm: str
+    tokenizer_config: dict
+
+
+def _json(path: str, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: {what} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: {what} is not a JSON object")
+    return value
+
+
+def read_weights(folder: str) -> dict:
+    """The state dict of ``model.safetensors`` or, failing that, ``pytorch_model.bin`` (weights only: a
+    pickle naming anything but tensors and containers is refused without running it)."""
+    safetensors_path = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(safetensors_path):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(safetensors_path)
+        except (SafetensorError, OSError) as exc:
+            raise DataError(f"{safetensors_path}: not a readable safetensors file ({exc})") from None
+    bin_path = os.path.join(folder, "pytorch_model.bin")
+    if not os.path.isfile(bin_path):
+        raise DataError(f"{folder}: no model.safetensors or pytorch_model.bin (not a MarianMTModel folder)")
+    import pickle
+
+    try:
+        state = torch.load(bin_path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsupported content"
+        raise DataError(f"{bin_path}: refusing to load: the pickle holds more than weights ({first[:160]})") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:
+        raise DataError(f"{bin_path}: not a readable PyTorch weights file ({str(exc).splitlines()[0][:160]})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise DataError(f"{bin_path}: not a state dict of tensors")
+    return state
+
+
+def _vocab(path: str) -> list:
+    """``vocab.json`` (token → id) as a list indexed by id; gaps, duplicates of an id and tokens our
+    dictionary files cannot hold (empty, with whitespace) are refused by name."""
+    table = _json(path, "the vocabulary")
+    by_id: dict[int, str] = {}
+    for token, index in table.items():
+        if not isinstance(index, int) or index < 0:
+            raise DataError(f"{path}: token {token!r} has id {index!r}, not a whole number >= 0")
+        if index in by_id:
+            raise DataError(f"{path}: id {index} is given to both {by_id[index]!r} and {token!r}")
+        if not token or any(c.isspace() for c in token):
+            raise DataError(f"{path}: token {token!r} is empty or holds whitespace (a dictionary symbol cannot)")
+        by_id[index] = token
+    if sorted(by_id) != list(range(len(by_id))):
+        missing = next(i for i in range(len(by_id)) if i not in by_id)
+        raise DataError(f"{path}: ids are not 0..{len(by_id) - 1} (id {missing} has no token)")
+    return [by_id[i] for i in range(len(by_id))]
+
+
+def read_marian_folder(path: str) -> MarianFolder:
+    """Read the files of a ``MarianMTModel`` folder (``save_pretrained``'s, or a Hub download)."""
+    if not os.path.isdir(path):
+        raise DataError(f"--path {path}: not a folder (a Hugging Face MarianMTModel folder is expected)")
+    config = _json(os.path.join(path, "config.json"), "the model config")
+    tok_path = os.path.join(path, "tokenizer_config.json")
+    tokenizer_config = _json(tok_path, "the tokenizer config") if os.path.isfile(tok_path) else {}
+    source_vocab = _vocab(os.path.join(path, "vocab.json"))
+    separate = bool(tokenizer_config.get("separate_vocabs")) or os.path.isfile(os.path.join(path, "target_vocab.json"))
+    target_vocab = _vocab(os.path.join(path, "target_vocab.json")) if separate else source_vocab
+    spm = {}
+    for role in ("source", "target"):
+        spm[role] = os.path.join(path, f"{role}.spm")
+        if not os.path.isfile(spm[role]):
+            raise DataError(f"{path}: {role}.spm is missing (the sentencepiece model of the {role} side)")
+    return MarianFolder(path=path, config=config, weights=read_weights(path), source_vocab=source_vocab,
+                        target_vocab=target_vocab, source_spm=spm["source"], target_spm=spm["target"],
+                        tokenizer_config=tokenizer_config)
+
+
+def _refuse(path: str, key: str, value, why: str):
+    raise UsageError(f"{path}: config.json {key}={json.dumps(value)} is not supported ({why})")
+
+
+def transformer_config(config: dict, path: str = "config.json"):
+    """Our :class:`TransformerConfig` for a Marian ``config.json``; what it cannot reproduce is refused in
+    one line naming the key."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    if config.get("model_type", "marian") != "marian":
+        _refuse(path, "model_type", config.get("model_type"), "only marian models are imported")
+    for key, value in _FIXED_KEYS.items():
+        if value is not None and key in config and config[key] != value:
+            _refuse(path, key, config[key], f"Marian's transformer has {key}={json.dumps(value)}")
+    for a, b in _SAME:
+        if config.get(a) != config.get(b):
+            _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
+    activation = config.get("activation_function", "gelu")
+    if activation not in ACTIVATIONS:
+        _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    share_all = config.get("share_encoder_decoder_embeddings", True)
+    tied = config.get("tie_word_embeddings", True)
+    if share_all and not tied:
+        _refuse(path, "tie_word_embeddings", tied, "with share_encoder_decoder_embeddings our model ties the "
+                                                   "output matrix to the shared embeddings too")
+    start = config.get("decoder_start_token_id", config.get("pad_token_id"))
+    if start not in (config.get("pad_token_id"), config.get("eos_token_id")):
+        _refuse(path, "decoder_start_token_id", start, "decoding starts from the pad or the EOS symbol")
+    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
+    if d_model % heads:
+        _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
+    return TransformerConfig(
+        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
+        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
+        dropout=float(config.get("dropout", 0.1)), attention_dropout=float(config.get("attention_dropout", 0.0)),
+        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
+        normalize_before=False, positional_embeddings="sinusoidal", sinusoid_layout="marian",
+        max_positions=int(config.get("max_position_embeddings", 1024)), share_all_embeddings=bool(share_all),
+        share_decoder_input_output_embed=bool(tied) and not share_all,
+        no_scale_embedding=not config.get("scale_embedding", False), layernorm_embedding=False, output_bias=True,
+        decoder_start="pad" if start == config.get("pad_token_id") else "eos")
+
+
+def dictionary_order(vocab: list, config: dict, tokenizer_config: dict, path: str) -> tuple[Dictionary, list]:
+    """Our dictionary for a Marian vocabulary and ``order``: our index → Marian id (-1: Marian has no such
+    symbol). Marian's EOS, pad and unk ids (config.json, tokenizer_config.json) take our slots 2, 1, 3; a
+    ``<s>`` token, if the vocabulary has one, slot 0; every other token follows in Marian's id order."""
+    unk_token = tokenizer_config.get("unk_token", UNK)
+    unk_token = unk_token.get("content", UNK) if isinstance(unk_token, dict) else unk_token
+    specials = {BOS: vocab.index(BOS) if BOS in vocab else -1,
+                PAD: config.get("pad_token_id"), EOS: config.get("eos_token_id"),
+                UNK: vocab.index(unk_token) if unk_token in vocab else -1}
+    for key, symbol in (("pad_token_id", PAD), ("eos_token_id", EOS)):
+        if not isinstance(specials[symbol], int) or not 0 <= specials[symbol] < len(vocab):
+            _refuse(path, key, specials[symbol], f"not an id of the {len(vocab)}-token vocabulary")
+    if specials[UNK] < 0:
+        raise DataError(f"{path}: the vocabulary has no unknown-word token {unk_token!r} (tokenizer_config.json "
+                        f"unk_token)")
+    d = Dictionary()
+    order = [specials[d[i]] for i in range(d.nspecial)]
+    taken = set(order)
+    for marian_id, token in enumerate(vocab):
+        if marian_id in taken:
+            continue
+        if token in d:
+            raise DataError(f"{path}: vocabulary token {token!r} (id {marian_id}) is one of our special symbols "
+                            f"but not Marian's {token} id")
+        d.add_symbol(token, 0)
+        order.append(marian_id)
+    return d, order
+
+
+def _rows(matrix: torch.Tensor, order: list, fill: float = 0.0) -> torch.Tensor:
+    """``matrix`` rows in our order (``fill`` where Marian has no symbol)."""
+    index = torch.tensor([max(i, 0) for i in order])
+    out = matrix.index_select(0, index).clone()
+    absent = torch.tensor([i < 0 for i in order])
+    out[absent] = fill
+    return out
+
+
+def _embeddings(state: dict, side: str, path: str) -> torch.Tensor:
+    for name in (f"model.{side}.embed_tokens.weight", "model.shared.weight"):
+        if name in state:
+            return state[name]
+    raise DataError(f"{path}: tensor 'model.{side}.embed_tokens.weight' (or model.shared.weight) is missing")
+
+
+def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, path: str) -> dict:
+    """Our ``state_dict`` from a ``MarianMTModel``'s (names with or without the ``model.`` prefix); a
+    missing tensor, or one with no place in our model, is refused by name."""
+    state = {(k if k.startswith(("model.", "final_logits_bias", "lm_head")) else f"model.{k}"): v
+             for k, v in weights.items()}
+    used = {"model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}  # recomputed
+
+    def take(name: str) -> torch.Tensor:
+        if name not in state:
+            raise DataError(f"{path}: tensor {name!r} is missing (a MarianMTModel layer has it)")
+        used.add(name)
+        return state[name].float()
+
+    out = {}
+    enc = _rows(_embeddings(state, "encoder", path).float(), src_order)
+    dec = _rows(_embeddings(state, "decoder", path).float(), tgt_order)
+    used.update(k for k in ("model.shared.weight", "model.encoder.embed_tokens.weight",
+                            "model.decoder.embed_tokens.weight") if k in state)
+    out["encoder.embed.embed_tokens.weight"] = enc
+    out["decoder.embed.embed_tokens.weight"] = enc if cfg.share_all_embeddings else dec
+    for side, layers in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
+        for i in range(layers):
+            src, dst = f"model.{side}.layers.{i}.", f"{side}.layers.{i}."
+            for part in ("weight", "bias"):
+                out[f"{dst}self_attn.in_proj.{part}"] = torch.cat([take(f"{src}self_attn.{x}_proj.{part}")
+                                                                   for x in "qkv"])
+                out[f"{dst}self_attn.out_proj.{part}"] = take(f"{src}self_attn.out_proj.{part}")
+                out[f"{dst}self_attn_res.norm.{part}"] = take(f"{src}self_attn_layer_norm.{part}")
+                out[f"{dst}ffn.fc1.{part}"] = take(f"{src}fc1.{part}")
+                out[f"{dst}ffn.fc2.{part}"] = take(f"{src}fc2.{part}")
+                out[f"{dst}ffn_res.norm.{part}"] = take(f"{src}final_layer_norm.{part}")
+                if side == "decoder":
+                    out[f"{dst}encoder_attn.q_proj.{part}"] = take(f"{src}encoder_attn.q_proj.{part}")
+                    out[f"{dst}encoder_attn.kv_proj.{part}"] = torch.cat([take(f"{src}encoder_attn.{x}_proj.{part}")
+                                                                          for x in "kv"])
+                    out[f"{dst}encoder_attn.out_proj.{part}"] = take(f"{src}encoder_attn.out_proj.{part}")
+                    out[f"{dst}encoder_attn_res.norm.{part}"] = take(f"{src}encoder_attn_layer_norm.{part}")
+    tied = cfg.share_all_embeddings or cfg.share_decoder_input_output_embed
+    if "lm_head.weight" in state:
+        used.add("lm_head.weight")
+        if not tied:
+            out["decoder.output_projection.weight"] = _rows(state["lm_head.weight"].float(), tgt_order)
+    elif not tied:
+        raise DataError(f"{path}: tensor 'lm_head.weight' is missing (config.json tie_word_embeddings=false)")
+    bias = state.get("final_logits_bias", torch.zeros(1, len(tgt_order) - tgt_order.count(-1))).float().reshape(-1)
+    used.add("final_logits_bias")
+    out["decoder.output_bias"] = _rows(bias.unsqueeze(1), tgt_order, ABSENT_LOGIT).squeeze(1)
+    left = sorted(k for k in state if k not in used)
+    if left:
+        raise DataError(f"{path}: Marian weights that have no place in our transformer: {', '.join(left[:3])}"
+                        + (f" and {len(left) - 3} more" if len(left) > 3 else ""))
+    return out
+
+
+def converted(folder: MarianFolder) -> tuple:
+    """``(model config dict, our state dict, source dictionary, target dictionary)`` of a Marian folder. The
+    output bias is kept only where it does something: a non-zero ``final_logits_bias`` or a symbol of ours
+    Marian lacks."""
+    where = os.path.join(folder.path, "config.json")
+    cfg = transformer_config(folder.config, where)
+    src_dict, src_order = dictionary_order(folder.source_vocab, folder.config, folder.tokenizer_config, where)
+    tgt_dict, tgt_order = (src_dict, src_order) if folder.target_vocab is folder.source_vocab else \
+        dictionary_order(folder.target_vocab, folder.config, folder.tokenizer_config, where)
+    if cfg.share_all_embeddings and folder.target_vocab is not folder.source_vocab:
+        _refuse(where, "share_encoder_decoder_embeddings", True, "the folder has separate source and target "
+                                                                 "vocabularies (target_vocab.json)")
+    named = {k if k.startswith(("model.", "final_logits_bias", "lm_head")) else f"model.{k}": v
+             for k, v in folder.weights.items()}
+    for side, key, order in (("encoder", "vocab_size", src_order), ("decoder", "decoder_vocab_size", tgt_order)):
+        rows, tokens = _embeddings(named, side, where).size(0), len(order) - order.count(-1)
+        if rows != tokens:
+            _refuse(where, key, folder.config.get(key, rows), f"the {side} embeddings have {rows} rows, its "
+                                                              f"vocabulary {tokens} tokens")
+    state = convert_state_dict(folder.weights, cfg, src_order, tgt_order, where)
+    if not bool(state["decoder.output_bias"].any()):
+        del state["decoder.output_bias"]
+        cfg.output_bias = False
+    return asdict(cfg), state, src_dict, tgt_dict
+
+
+def language_tags(vocab: list) -> list:
+    """The ``>>xx<<`` target-language tokens of a multilingual Marian vocabulary."""
+    return [t for t in vocab if t.startswith(">>") and t.endswith("<<") and len(t) > 4]
+
+
+def import_marian(path: str, output: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+                  target_lang_tag: Optional[str] = None, overwrite: bool = False) -> dict:
+    """Write the Marian folder ``path`` as our model folder ``output``; returns what was written."""
+    from nmt_toolkit.model_folder import write_model_folder
+
+    folder = read_marian_folder(path)
+    model_config, state, src_dict, tgt_dict = converted(folder)
+    langs = [source_lang or folder.tokenizer_config.get("source_lang"),
+             target_lang or folder.tokenizer_config.get("target_lang")]
+    for flag, lang in zip(("--source-lang", "--target-lang"), langs):
+        if not isinstance(lang, str) or not lang:
+            raise DataError(f"{path}: tokenizer_config.json names no {flag[2:]}; give it with {flag}")
+    tags = language_tags(folder.source_vocab)
+    if target_lang_tag is not None and target_lang_tag not in tags:
+        raise DataError(f"--target-lang-tag {target_lang_tag}: not a language tag of {path}'s vocabulary"
+                        + (f" (it has {', '.join(tags[:8])}{' …' if len(tags) > 8 else ''})" if tags else
+                           " (it has none)"))
+    write_model_folder(output, arch="transformer", model_config=model_config, state_dict=state, src_dict=src_dict,
+                       tgt_dict=tgt_dict, source_lang=langs[0], target_lang=langs[1], subword_scheme="sentencepiece",
+                       subword_files={"source": folder.source_spm, "target": folder.target_spm},
+                       target_lang_tag=target_lang_tag, made_by=f"nmt-convert --from marian --path {path}",
+                       overwrite=overwrite)
+    return {"path": output, "source_lang": langs[0], "target_lang": langs[1], "tags": tags,
+            "vocabulary": (len(src_dict), len(tgt_dict)), "output_bias": model_config["output_bias"]}
