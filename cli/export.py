@@ -8,11 +8,14 @@
     fairseq-generate data-bin/m30k --path m30k-fairseq/checkpoint.pt --beam 4 --lenpen 0.6
     nmt-export data-bin/m30k --path ck/averaged.pt --format folder --output-dir m30k-model
     nmt-generate --path m30k-model --input raw.en                       # no data-bin: the folder has it all
+    nmt-export --path m30k-model --format marian --output-dir m30k-hf    # MarianMTModel.from_pretrained(...)
 
 The folder holds CTranslate2's model.bin, config.json and vocabularies, the data-bin's dict.<lang>.txt and
 subword model (sentencepiece .model or BPE codes) beside them, and nmt_export.json (what was exported).
 With --format fairseq the folder holds checkpoint.pt (fairseq 0.12's layout, read by fairseq-generate and
 CTranslate2's fairseq converter), the dictionaries and nmt_export.json; see docs/migrating-from-fairseq.md.
+With --format marian the folder is a Hugging Face MarianMTModel with its MarianTokenizer files (the model
+must be post-norm with --sinusoid-layout marian and a sentencepiece model); see docs/pretrained-models.md.
 DATA defaults to the data-bin recorded in the checkpoint. Needs the [ct2] extra: pip install 'nmt_toolkit[ct2]'.
 See docs/deployment.md.
 """
@@ -37,7 +40,8 @@ class ExportConfig:
 
     path: Optional[str] = option(None, "the checkpoint (or model folder) to export", metavar="FILE")
     format: str = option("ctranslate2", "the engine's model format (folder: a self-contained model folder for "
-                                        "--path with no data-bin)", choices=("ctranslate2", "fairseq", "folder"))
+                                        "--path with no data-bin; marian: a Hugging Face MarianMTModel folder)",
+                         choices=("ctranslate2", "fairseq", "folder", "marian"))
     quantization: str = option("none", "weight type of the exported model: none keeps float32; int8 and int16 "
                                        "quantize the weights; float16/bfloat16 halve them (GPU engines); int8_float16: "
                                        "int8 weights, float16 activations", choices=QUANTIZATIONS)
@@ -74,6 +78,8 @@ def export(configs: dict) -> int:
     task = TASKS.get("translation").obj.setup_task(task_cfg)
     if cfg.format == "folder":
         return _export_folder(cfg, task)
+    if cfg.format == "marian":
+        return _export_marian(cfg, task)
     if cfg.format == "fairseq":
         from nmt_toolkit.export.fairseq_export import export as export_fairseq
 
@@ -103,6 +109,21 @@ def _export_folder(cfg: ExportConfig, task) -> int:
     record = export_folder(cfg.path, task, cfg.output_dir, cfg.overwrite)
     logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s→%s, subword %s)", cfg.output_dir,
                                                   record["source_lang"], record["target_lang"], record["subword"])
+    return 0
+
+
+def _export_marian(cfg: ExportConfig, task) -> int:
+    import logging
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.marian_export import export as export_marian
+
+    if cfg.quantization != "none":
+        raise UsageError("--quantization applies to --format ctranslate2 only; a Marian folder holds float32 weights")
+    record = export_marian(cfg.path, task, cfg.output_dir, cfg.overwrite)
+    logging.getLogger("nmt_toolkit.export").info("wrote %s (Hugging Face Marian, %s→%s, decoding starts from %s)",
+                                                  cfg.output_dir, record["source_lang"], record["target_lang"],
+                                                  record["decoder_start"])
     return 0
 
 
