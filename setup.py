@@ -54,7 +54,9 @@ setup(
     ],
     extras_require={
         # the nmt-serve tests talk to a real server as LibreTranslate's Python client and as httpx
-        "test": ["pytest", "ruff", "httpx", "libretranslatepy"],
+        # transformers: tests/test_marian.py checks the Marian import and export against Hugging Face's own
+        # MarianMTModel and MarianTokenizer (never imported by the toolkit itself)
+        "test": ["pytest", "ruff", "httpx", "libretranslatepy", "transformers>=4.40"],
         "viz": ["matplotlib"],
         "tb": ["tensorboard"],
         # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA
