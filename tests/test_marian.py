@@ -100,6 +100,29 @@ def test_defaults_and_old_configs_build_todays_model():
     assert "decoder.output_bias" not in model.state_dict()
 
 
+def test_training_input_starts_from_pad_for_a_pad_start_model():
+    """The data pipeline shifts targets behind EOS; a --decoder-start pad model is trained on what it is
+    decoded with: pad first (its training logits equal the decoder's on pad-first inputs, not EOS-first)."""
+    from nmt_toolkit.data.dictionary import Dictionary
+
+    d = Dictionary()
+    for w in "a b c d e f".split():
+        d.add_symbol(w)
+    torch.manual_seed(0)
+    model = TransformerModel.build_model(TransformerConfig(encoder_layers=1, decoder_layers=1, embed_dim=16,
+                                                           ffn_embed_dim=32, attention_heads=2, decoder_start="pad",
+                                                           share_all_embeddings=True), d, d).eval()
+    with torch.no_grad():
+        model.encoder.embed.embed_tokens.weight[d.pad()].normal_()  # Marian's pad row is a real embedding
+    src = torch.tensor([[4, 5, 6, d.eos()]])
+    eos_first = torch.tensor([[d.eos(), 7, 8]])
+    pad_first = torch.tensor([[d.pad(), 7, 8]])
+    with torch.no_grad():
+        enc = model.forward_encoder(src)
+        assert torch.equal(model(src, None, eos_first), model.forward_decoder(pad_first, enc)[0])
+        assert not torch.equal(model(src, None, eos_first), model.forward_decoder(eos_first, enc)[0])
+
+
 # ---------------------------------------------------------------------------- import: numbers equal Transformers'
 
 @pytest.mark.parametrize("folder", [EN_DE, TAGS], ids=["en-de", "tags"])

@@ -236,6 +236,12 @@ class TransformerModel(nn.Module):
     # ------------------------------------------------------------------ the Model contract
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens) -> torch.Tensor:
+        """Teacher-forced logits. ``prev_output_tokens`` is the target shifted right behind the start symbol;
+        the data pipeline always puts EOS there (fairseq's convention), so a model that starts decoding from
+        pad (``decoder_start="pad"``, Marian's) gets pad in that first column, as it sees in the search."""
+        if self.cfg.decoder_start == "pad":
+            prev_output_tokens = prev_output_tokens.clone()
+            prev_output_tokens[:, 0] = self.decoder.embed.embed_tokens.padding_idx
         encoder_out = self.forward_encoder(src_tokens, src_lengths)
         return self.decoder(prev_output_tokens, encoder_out)[0]
 
