@@ -17,6 +17,7 @@ import click
 from nmt_toolkit import registry
 from nmt_toolkit.cli.common import load_plugins, run_cli
 from nmt_toolkit.config import CommonConfig, Group, build_command, load_yaml, option, peek_options
+from nmt_toolkit.data.corpora import CorpusSamplingConfig
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.training.options import (CheckpointConfig, DistributedConfig, LoggingConfig, OptimizationConfig,
                                           PrecisionConfig, check_together)
@@ -78,7 +79,8 @@ def make_command(argv: Sequence[str], prog: str = "nmt-train") -> click.Command:
     for name, entry in (("criterion", crit_entry), ("optimizer", optim_entry), ("lr_scheduler", sched_entry)):
         if entry.config is not None:
             groups.append(Group(name, entry.config, f"{name.replace('_', ' ')} options ({sel[name]})"))
-    groups += [Group("optimization", OptimizationConfig), Group("eval_bleu", EvalBleuConfig, "validation BLEU"),
+    groups += [Group("optimization", OptimizationConfig), Group("corpora", CorpusSamplingConfig, "training corpora"),
+               Group("eval_bleu", EvalBleuConfig, "validation BLEU"),
                Group("checkpoint", CheckpointConfig),
                Group("distributed", DistributedConfig), Group("precision", PrecisionConfig),
                Group("logging", LoggingConfig, "logging and dry-run options")]

@@ -24,6 +24,8 @@ from nmt_toolkit.errors import DataError
 logger = logging.getLogger(__name__)
 
 _SHARD_DIR = re.compile(r"shard\d+$")
+_TRAIN_SPLIT = re.compile(r"train\d*$")  # the training corpora: train, train1, …
+_TRAIN_FILE = re.compile(r"train\d*\.")
 # what nmt-preprocess writes into a folder (other files there are the user's and stay)
 _OURS = re.compile(r"(dict\.[^/]+\.txt|preprocess\.json|spm\.model|bpe\.codes|shard\d+"
                    r"|[^/.]+\.[^/.]+-[^/.]+\.[^/.]+\.(bin|idx))$")
@@ -152,6 +154,8 @@ def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:
 def merged(previous: dict, record: dict) -> dict:
     """The record of a run that added splits to an existing folder: its splits over the folder's old ones."""
     splits = dict(previous.get("splits") or {})
+    if "train" in record["splits"]:  # new training data replaces every old corpus (train, train1, …)
+        splits = {name: entry for name, entry in splits.items() if not _TRAIN_SPLIT.match(name)}
     splits.update(record["splits"])
     return {**record, "splits": splits,
             "subword": record["subword"] or previous.get("subword"),
@@ -184,7 +188,7 @@ def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
         if overwrite:
             return bool(_OURS.match(name))
         old_train = wrote_train and (bool(_SHARD_DIR.match(name)) or
-                                     (name.startswith("train.") and name.endswith((".bin", ".idx"))))
+                                     (bool(_TRAIN_FILE.match(name)) and name.endswith((".bin", ".idx"))))
         return name in new or old_train
 
     trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-{os.getpid()}-", dir=os.path.dirname(destdir))

@@ -209,7 +209,7 @@ class TranslationTask:
     def sample_corpora(self, split: str, cfg: "corpus_mix.CorpusSamplingConfig", seed: int) -> None:
         """Read ``split`` with its sibling corpora ``split1``, ``split2``, … as one training set, each
         epoch drawn under ``cfg`` with ``seed``; the options are checked against the corpora found."""
-        cfg.validate(self.corpus_names(split))
+        cfg.check_corpora(self.corpus_names(split))
         self._corpus_sampling = (split, cfg, seed)
 
     def corpus_names(self, split: str) -> list[str]:

@@ -119,6 +119,8 @@ def load_data(configs: dict[str, Any], parts: Components, seed: int, info, devic
     pair is too long is refused by name), the validation splits loaded, and the --eval-bleu decoder (or
     ``None``)."""
     task, opt = parts.task, configs["optimization"]
+    if configs.get("corpora") is not None and hasattr(task, "sample_corpora"):  # train, train1, … by weight
+        task.sample_corpora(opt.train_subset, configs["corpora"], seed)
     task.load_dataset(opt.train_subset, epoch=epoch)
     valid_splits = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
     for split in valid_splits:
