@@ -72,8 +72,14 @@ def make_command(argv: Sequence[str], prog: str = "nmt-preprocess") -> click.Com
 
     def run_configs(configs) -> int:
         check_folder_options(configs["preprocess"], wanted, path)
-        record = preprocess(configs["preprocess"], command=[prog, *argv])
-        for line in summary_lines(record):
+        if configs["preprocess"].lang_pairs is not None:  # several directions into one data-bin
+            from nmt_toolkit.data import multilingual
+
+            record = multilingual.preprocess_pairs(configs["preprocess"], command=[prog, *argv])
+            lines = multilingual.summary_lines(record)
+        else:
+            lines = summary_lines(preprocess(configs["preprocess"], command=[prog, *argv]))
+        for line in lines:
             click.echo(line)
         click.echo(f"wrote {configs['preprocess'].destdir}")
         return 0

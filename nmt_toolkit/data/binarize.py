@@ -46,6 +46,7 @@ from nmt_toolkit.config import option
 from nmt_toolkit.data import data_bin, subword
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
+from nmt_toolkit.data.lang_pairs import parse_lang_pairs
 from nmt_toolkit.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,13 @@ class PreprocessConfig:
     bpe_merges: int = option(32000, "number of BPE merge operations (--bpe subword_nmt)", low=1)
     bpe_model: Optional[str] = option(None, "reuse this sentencepiece model / subword-nmt codes file instead of learning one",
                                       metavar="FILE")
+    lang_pairs: Optional[str] = option(None, "binarize these translation directions into one multilingual data-bin, "
+                                             "comma-separated (e.g. en-de,en-fr,de-en): one joint dictionary and "
+                                             "subword model over all languages, files <split>.<src>-<tgt>.<lang> "
+                                             "as fairseq's translation_multi_simple_epoch reads them; each "
+                                             "--trainpref/--validpref/--testpref PREFIX is read as PREFIX.<lang> "
+                                             "(or PREFIX.<src>-<tgt>.<lang> where that file exists)",
+                                       metavar="SRC-TGT,...")
     bpe_model_target: Optional[str] = option(None, "apply this subword model to the target side instead of --bpe-model "
                                                    "(a model with one model per side, as Marian's source.spm and "
                                                    "target.spm)", metavar="FILE")
@@ -92,13 +100,15 @@ class PreprocessConfig:
     no_progress_bar: bool = option(False, "no progress bar on stderr")
 
     def validate(self) -> None:
-        if not self.source_lang or not self.target_lang:
+        if self.lang_pairs is not None:
+            self._validate_multilingual()
+        elif not self.source_lang or not self.target_lang:
             raise UsageError("--source-lang and --target-lang are required")
         if not self.destdir.strip():  # '' would be the working directory, where nobody means to write
             raise UsageError(f"--destdir {self.destdir!r}: empty; give the folder to write the data-bin into")
         if not os.path.basename(os.path.abspath(self.destdir)):
             raise UsageError(f"--destdir {self.destdir}: the file system's root; give a folder for the data-bin")
-        if self.source_lang == self.target_lang:
+        if self.source_lang == self.target_lang and self.lang_pairs is None:
             raise UsageError(f"--source-lang and --target-lang are both {self.source_lang!r}")
         if self.workers < 1:
             raise UsageError(f"--workers must be ≥ 1, got {self.workers}")
@@ -112,7 +122,7 @@ class PreprocessConfig:
             raise UsageError(f"--num-shards {self.num_shards}: shards are for one training corpus, and "
                              f"--trainpref names {len(training_prefixes(self.trainpref))}; binarize them "
                              f"without --num-shards")
-        if not self.trainpref and not (self.srcdict and (self.tgtdict or self.joined_dictionary)):
+        if not self.trainpref and not (self.srcdict and (self.tgtdict or self.joined_dictionary or self.lang_pairs)):
             raise UsageError("--trainpref is required unless dictionaries are given with --srcdict/--tgtdict")
         if self.bpe and not self.trainpref and not self.bpe_model:
             raise UsageError("--bpe needs --trainpref to learn a model, or --bpe-model to reuse one")
@@ -122,6 +132,22 @@ class PreprocessConfig:
             raise UsageError("--bpe-model needs --bpe sentencepiece|subword_nmt to say what kind of model it is")
         if self.bpe == "sentencepiece" and self.bpe_vocab_size < 8 and not self.bpe_model:
             raise UsageError(f"--bpe-vocab-size must be ≥ 8, got {self.bpe_vocab_size}")
+
+    def _validate_multilingual(self) -> None:
+        """--lang-pairs names the languages itself and writes one joint dictionary: the options that would
+        say otherwise are refused by name."""
+        for flag, value in (("--source-lang", self.source_lang), ("--target-lang", self.target_lang),
+                            ("--tgtdict", self.tgtdict), ("--bpe-model-target", self.bpe_model_target),
+                            ("--target-lang-tag", self.target_lang_tag)):
+            if value:
+                raise UsageError(f"{flag} {value}: not with --lang-pairs, which names the languages and "
+                                 f"writes one dictionary for all (give it as --srcdict)")
+        parse_lang_pairs(self.lang_pairs)
+        if self.num_shards > 1:
+            raise UsageError(f"--num-shards {self.num_shards}: not with --lang-pairs")
+        if len(training_prefixes(self.trainpref)) > 1:
+            raise UsageError(f"--trainpref {self.trainpref}: one prefix with --lang-pairs (each language's "
+                             f"file is PREFIX.<lang>)")
 
 
 def training_prefixes(trainpref: Optional[str]) -> list[str]:
@@ -387,7 +413,7 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
 def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
     """The data-bin in ``tmp``, in three steps: the subword model, the dictionaries, the binarized splits
     with their ``preprocess.json`` record (returned)."""
-    codec, subword_record = _subword_model(cfg, scans, tmp)
+    codec, subword_record = _subword_model(cfg, training_paths(cfg, scans), tmp)
     dicts = _dictionaries(cfg, scans, codec, tmp, destdir)
     record = _record(cfg, dicts, subword_record, command)
     with _Runner(cfg.workers, (*codec, dicts, _source_tag(cfg))) as runner:
@@ -401,8 +427,14 @@ def _source_tag(cfg) -> Optional[tuple]:
     return (cfg.source_lang, cfg.target_lang_tag) if cfg.target_lang_tag else None
 
 
-def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
-    """Step 1: the subword model (--bpe-model copied, or learned jointly on the training text) in ``tmp``;
+def training_paths(cfg, scans) -> list[str]:
+    """The text files of every training corpus, both sides: what the subword model is learned on."""
+    return [scans[name][lang].path for name in training_split_names(scans)
+            for lang in (cfg.source_lang, cfg.target_lang)]
+
+
+def _subword_model(cfg, train: Sequence[str], tmp) -> tuple[tuple, Optional[dict]]:
+    """Step 1: the subword model (--bpe-model copied, or learned jointly on the ``train`` files) in ``tmp``;
     returns ``(kind, path)`` (both None without --bpe) and its record."""
     codec_kind = cfg.bpe
     if not codec_kind:
@@ -412,8 +444,6 @@ def _subword_model(cfg, scans, tmp) -> tuple[tuple, Optional[dict]]:
         subword.load_codec(codec_kind, cfg.bpe_model)  # fail early on a bad model, naming the user's file
         shutil.copyfile(cfg.bpe_model, codec_path)
     else:
-        train = [scans[name][lang].path for name in training_split_names(scans)
-                 for lang in (cfg.source_lang, cfg.target_lang)]
         logger.info("learning a joint %s model on %s", codec_kind, ", ".join(train))
         if codec_kind == "sentencepiece":
             _learn_sentencepiece(cfg, train, codec_path)
@@ -448,8 +478,7 @@ def _learn_sentencepiece(cfg, train: list[str], codec_path: str) -> None:
 
 def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
     """Step 2: one dictionary per language (given, or counted over the subword-encoded text of every
-    training corpus),
-    saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless --overwrite."""
+    training corpus), saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless --overwrite."""
     src, tgt = cfg.source_lang, cfg.target_lang
 
     def build_dict(given: Optional[str], langs: Sequence[str], threshold: int, nwords: int) -> Dictionary:

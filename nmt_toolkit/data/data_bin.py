@@ -101,6 +101,9 @@ def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[di
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
     check_record(path, previous)
+    if "lang_pairs" in previous:
+        raise DataError(f"--destdir {shown} holds multilingual data ({', '.join(previous['lang_pairs'])}); use "
+                        f"--overwrite to replace it, or another --destdir")
     pair = (previous.get("source_lang"), previous.get("target_lang"))
     if pair != (src, tgt):
         raise DataError(f"--destdir {shown} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
@@ -121,6 +124,14 @@ def check_record(path: str, record) -> None:
 
     if not isinstance(record, dict):
         raise wrong("the whole file", f"a JSON object, not {type(record).__name__}")
+    if "lang_pairs" in record:  # a multilingual data-bin: one bilingual record per direction under "pairs"
+        if not isinstance(record["lang_pairs"], list) or not isinstance(record.get("pairs"), dict):
+            raise wrong("key 'lang_pairs'", "a JSON list beside an object 'pairs'")
+        for pair in record["lang_pairs"]:
+            if not isinstance(record["pairs"].get(pair), dict):
+                raise wrong(f"key 'pairs.{pair}'", "a JSON object")
+            check_record(path, {**record["pairs"][pair], "subword": record.get("subword")})
+        return
     for key, kind in _RECORD_KEYS.items():
         if key not in record:
             raise wrong(f"key {key!r}", "present")
@@ -140,6 +151,14 @@ def check_record(path: str, record) -> None:
 
 
 _JSON_NAMES = {str: "string", dict: "object", int: "integer"}
+
+
+def pair_record(record: dict, src: Optional[str], tgt: Optional[str]) -> dict:
+    """The record of the direction ``src-tgt``: a multilingual folder's entry for it (``{}`` when it has
+    none), else the folder's own record."""
+    if "lang_pairs" in record:
+        return record["pairs"].get(f"{src}-{tgt}") or {}
+    return record
 
 
 def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:

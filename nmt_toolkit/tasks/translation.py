@@ -31,7 +31,7 @@ from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.data import subword
 from nmt_toolkit.data import corpora as corpus_mix
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
-from nmt_toolkit.data.data_bin import check_record
+from nmt_toolkit.data.data_bin import check_record, pair_record
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
@@ -84,6 +84,9 @@ def infer_language_pair(data: str) -> tuple[str, str]:
     record = read_preprocess_json(data)
     if record.get("source_lang") and record.get("target_lang"):
         return record["source_lang"], record["target_lang"]
+    if record.get("lang_pairs"):
+        raise DataError(f"{data}: a multilingual data-bin ({', '.join(record['lang_pairs'])}); give "
+                        f"--source-lang and --target-lang")
     pattern = re.compile(r"^[^.]+\.([^.-]+)-([^.-]+)\.[^.]+\.idx$")
     for root in [data] + [os.path.join(data, d) for d in sorted(os.listdir(data)) if d.startswith("shard")]:
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -190,7 +193,7 @@ class TranslationTask:
 
         Such files are left from an earlier run (ids of another vocabulary): training on or decoding them
         gives garbage without a word. A folder without ``preprocess.json`` (fairseq's) is not checked."""
-        record = self._record
+        record = pair_record(self._record, self.cfg.source_lang, self.cfg.target_lang)
         if not record or (record.get("source_lang"), record.get("target_lang")) != \
                 (self.cfg.source_lang, self.cfg.target_lang):
             return

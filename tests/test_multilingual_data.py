@@ -1,0 +1,158 @@
+"""nmt-preprocess --lang-pairs: several directions in one data-bin, fairseq's multilingual layout, one joint
+dictionary; read back by our task and by fairseq 0.12.3's translation_multi_simple_epoch (when its venv is
+on this machine)."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from nmt_toolkit.cli.preprocess import run as preprocess
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.errors import DataError
+from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
+
+MULTI30K = pathlib.Path("/work/shared/data/multi30k")
+FAIRSEQ_PY = pathlib.Path("/tmp/nmt-checks/fairseq-venv/bin/python")
+PAIRS = "en-de,en-fr,de-en"
+
+
+def _slice(raw, name, source, n, langs=("en", "de", "fr")):
+    for lang in langs:
+        lines = (MULTI30K / f"{source}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+        (raw / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    if not MULTI30K.is_dir():
+        pytest.skip("the shared Multi30k copy is not on this machine")
+    folder = tmp_path_factory.mktemp("multi") / "raw"
+    folder.mkdir()
+    _slice(folder, "train", "train", 300)
+    _slice(folder, "valid", "train", 40)  # words of the training text: no <unk> to tell apart
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mbin(raw):
+    dest = raw.parent / "bin"
+    assert preprocess(["--lang-pairs", PAIRS, "--trainpref", str(raw / "train"), "--validpref", str(raw / "valid"),
+                       "--destdir", str(dest), "--no-progress-bar"]) == 0
+    return dest
+
+
+def _lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_the_layout_is_fairseqs_and_the_dictionary_is_joint(mbin, raw):
+    names = set(os.listdir(mbin))
+    for pair in PAIRS.split(","):
+        for lang in pair.split("-"):
+            for split in ("train", "valid"):
+                assert {f"{split}.{pair}.{lang}.bin", f"{split}.{pair}.{lang}.idx"} <= names
+    dicts = [Dictionary.load(str(mbin / f"dict.{lang}.txt")) for lang in ("en", "de", "fr")]
+    assert dicts[0] == dicts[1] == dicts[2]
+    words = {w for lang in ("en", "de", "fr") for line in _lines(raw / f"train.{lang}") for w in line.split()}
+    assert all(w in dicts[0] for w in words)  # every word of every language's training text
+    record = json.loads((mbin / "preprocess.json").read_text())
+    assert record["lang_pairs"] == ["en-de", "en-fr", "de-en"] and record["langs"] == ["en", "de", "fr"]
+    assert record["pairs"]["en-fr"]["splits"]["valid"]["sentences"] == 40
+
+
+@pytest.mark.parametrize("pair", PAIRS.split(","))
+def test_each_direction_reads_back_as_its_text(mbin, raw, pair):
+    src, tgt = pair.split("-")
+    task = TranslationTask.setup_task(TranslationConfig(data=str(mbin), source_lang=src, target_lang=tgt))
+    for split, name in (("train", "train"), ("valid", "valid")):
+        dataset = task.load_dataset(split)
+        got_src = [task.src_dict.string(dataset[i]["source"]) for i in range(len(dataset))]
+        got_tgt = [task.tgt_dict.string(dataset[i]["target"]) for i in range(len(dataset))]
+        assert got_src == [" ".join(l.split()) for l in _lines(raw / f"{name}.{src}")]
+        assert got_tgt == [" ".join(l.split()) for l in _lines(raw / f"{name}.{tgt}")]
+
+
+FAIRSEQ_READS = r"""
+import json, sys
+from fairseq import options, tasks
+data, pairs = sys.argv[1], sys.argv[2]
+parser = options.get_training_parser()
+args = options.parse_args_and_arch(parser, [data, "--task", "translation_multi_simple_epoch", "--arch", "transformer",
+    "--lang-pairs", pairs, "--encoder-langtok", "src", "--decoder-langtok", "--max-tokens", "4000",
+    "--max-source-positions", "1024", "--max-target-positions", "1024"])
+task = tasks.setup_task(args)
+task.load_dataset("valid", epoch=1)
+d = task.source_dictionary
+out = {}
+for key, dataset in zip(pairs.split(","), task.datasets["valid"].datasets):  # one per pair, in their order
+    out[key] = [[d.string(dataset[i]["source"]), d.string(dataset[i]["target"])] for i in range(len(dataset))]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not FAIRSEQ_PY.exists(), reason="fairseq 0.12.3's venv is not on this machine")
+def test_fairseq_multilingual_task_reads_our_data_bin(mbin, raw, tmp_path):
+    """fairseq's translation_multi_simple_epoch loads the folder with its language tokens added (__en__
+    first in the source with --encoder-langtok src, __de__ first in the target with --decoder-langtok) and
+    every sentence is our text."""
+    script = tmp_path / "reads.py"
+    script.write_text(FAIRSEQ_READS)
+    done = subprocess.run([str(FAIRSEQ_PY), str(script), str(mbin), PAIRS], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    for pair in PAIRS.split(","):
+        src, tgt = pair.split("-")
+        want = list(zip(_lines(raw / f"valid.{src}"), _lines(raw / f"valid.{tgt}")))
+        assert [(s, t) for s, t in read[pair]] == [(f"__{src}__ " + " ".join(s.split()), f"__{tgt}__ " + " ".join(t.split()))
+                                                   for s, t in want]
+
+
+def test_a_pair_file_of_its_own_is_preferred(raw, tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    _slice(own, "train", "train", 20)
+    (own / "train.en-fr.en").write_text("only this\nand that\n")
+    (own / "train.en-fr.fr").write_text("seulement ceci\net cela\n")
+    dest = tmp_path / "bin"
+    assert preprocess(["--lang-pairs", "en-de,en-fr", "--trainpref", str(own / "train"), "--destdir", str(dest),
+                       "--no-progress-bar"]) == 0
+    record = json.loads((dest / "preprocess.json").read_text())
+    assert record["pairs"]["en-fr"]["splits"]["train"]["sentences"] == 2
+    assert record["pairs"]["en-de"]["splits"]["train"]["sentences"] == 20
+    task = TranslationTask.setup_task(TranslationConfig(data=str(dest), source_lang="en", target_lang="fr"))
+    dataset = task.load_dataset("train")
+    assert task.tgt_dict.string(dataset[1]["target"]) == "et cela"
+
+
+def test_the_bilingual_task_asks_which_direction(mbin):
+    with pytest.raises(DataError, match="a multilingual data-bin .en-de, en-fr, de-en.; give --source-lang"):
+        TranslationTask.setup_task(TranslationConfig(data=str(mbin)))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lang-pairs", "en-en"], "--lang-pairs en-en: 'en-en' translates a language into itself"),
+    (["--lang-pairs", "en_de"], "--lang-pairs en_de: 'en_de' is not a pair SRC-TGT such as en-de"),
+    (["--lang-pairs", "en-de,en-de"], "'en-de' is given twice"),
+    (["--lang-pairs", "en-de", "--source-lang", "en"], "--source-lang en: not with --lang-pairs"),
+    (["--lang-pairs", "en-cs"], "train.cs: no such file"),
+])
+def test_bad_multilingual_options_are_one_line(raw, tmp_path, capsys, flags, message):
+    code = preprocess([*flags, "--trainpref", str(raw / "train"), "--destdir", str(tmp_path / "out"),
+                       "--no-progress-bar"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_with_files_is_left_alone_without_overwrite(raw, tmp_path, capsys):
+    dest = tmp_path / "bin"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    code = preprocess(["--lang-pairs", "en-de", "--trainpref", str(raw / "train"), "--destdir", str(dest),
+                       "--no-progress-bar"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "not empty; a multilingual data-bin is written whole" in err
+    assert os.listdir(dest) == ["notes.txt"]
