@@ -431,3 +431,20 @@ def test_export_check_names_each_option():
             check_exportable(TransformerConfig(**{**ok.__dict__, **change}), d, d, "sentencepiece", "m")
     with pytest.raises(UsageError, match="subword model subword_nmt"):
         check_exportable(ok, d, d, "subword_nmt", "m")
+
+
+def test_opus_mt_example_runs_on_the_fixture(tmp_path):
+    """examples/opus-mt/run.sh without --data: import, translate raw text, CTranslate2 (when installed) and
+    back to a folder Transformers loads, whose outputs are the fixture's own."""
+    work = tmp_path / "run"
+    result = subprocess.run(["bash", str(REPO / "examples" / "opus-mt" / "run.sh"), str(EN_DE), "--workdir",
+                             str(work), "--threads", "1"], capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len((work / "test.imported.de").read_text().splitlines()) == 2
+    if (work / "ct2").is_dir():
+        assert "agree on 2 of 2 sentences" in result.stdout
+    back, back_tok = hf(work / "hf")
+    theirs, tok = hf(EN_DE)
+    lines = ["A man rides a red bicycle.", "Two dogs play in the snow."]
+    assert hf_translate(back, back_tok, lines, num_beams=4) == hf_translate(theirs, tok, lines, num_beams=4)

@@ -30,9 +30,10 @@ import torch
 from nmt_toolkit.data.dictionary import BOS, EOS, PAD, UNK, Dictionary
 from nmt_toolkit.errors import DataError, UsageError
 
-#: the output bias of a symbol our dictionary has and Marian's vocabulary lacks: exp() of it underflows to 0
-#: next to any real logit, and it stays finite (weights are checked for NaN/inf at load)
-ABSENT_LOGIT = -1e4
+#: the output bias of a symbol our dictionary has and Marian's vocabulary lacks: exp() of it underflows to 0 in
+#: float32 next to any logit above -896, and it stays finite (weights are checked for NaN/inf at load). Not
+#: lower: label smoothing charges eps/V of every symbol's -log p, here about 1000 * eps / V nats per token
+ABSENT_LOGIT = -1e3
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 #: keys of older Marian/BART configs whose only value Hugging Face's MarianMTModel computes
 _FIXED_KEYS = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
