@@ -135,6 +135,7 @@ BUILTIN_MODULES = (
     "nmt_toolkit.optim.optimizers",
     "nmt_toolkit.optim.lr_schedulers",
     "nmt_toolkit.tasks.translation",
+    "nmt_toolkit.tasks.multilingual",
 )
 
 

@@ -123,6 +123,8 @@ def load_data(configs: dict[str, Any], parts: Components, seed: int, info, devic
         task.sample_corpora(opt.train_subset, configs["corpora"], seed)
     task.load_dataset(opt.train_subset, epoch=epoch)
     valid_splits = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
+    if hasattr(task, "validation_splits"):  # a multilingual task adds each direction's split
+        valid_splits = task.validation_splits(valid_splits)
     for split in valid_splits:
         task.load_dataset(split)
     bleu_cfg = configs.get("eval_bleu")

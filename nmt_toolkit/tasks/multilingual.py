@@ -1,0 +1,162 @@
+"""``--task translation_multi_simple_epoch``: one model trained on several directions of a multilingual
+data-bin (``nmt-preprocess --lang-pairs``), with fairseq's flags and semantics.
+
+- The joint dictionary gets one token per language, ``__de__``, appended after its last entry in sorted
+  language order, as fairseq's task appends them (so the ids are fairseq's).
+- ``--encoder-langtok src|tgt`` puts the source's or the target's language token first in every source;
+  ``--decoder-langtok`` the target's first in every target (the decoder then reads ``</s> __de__ …``).
+- Training epochs are drawn from the directions as data/corpora.py draws corpora: ``--sampling-method
+  concat`` reads every pair once, ``temperature`` gives direction ``i`` a share ∝ ``n_i^(1/T)``
+  (``--sampling-temperature T``) of an epoch as long as all of them together, drawn anew each epoch from
+  the seed and the epoch (a resumed run reads what the run that never stopped read).
+- A validation split is read as all directions together (the loss that chooses the best checkpoint) and
+  also direction by direction as ``valid.en-de``, …, each logged as its own line.
+- The checkpoint's task options record the directions (``lang_pairs``) and the tag style.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from nmt_toolkit.config import option
+from nmt_toolkit.data import corpora as corpus_mix
+from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
+from nmt_toolkit.data.lang_pairs import languages, parse_lang_pairs
+from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.registry import register_task
+from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask, read_preprocess_json
+
+logger = logging.getLogger(__name__)
+
+SAMPLING_METHODS = ("concat", "temperature")
+
+
+@dataclass
+class MultilingualConfig(TranslationConfig):
+    lang_pairs: Optional[str] = option(None, "the directions to train, comma-separated, e.g. en-de,en-fr,de-en "
+                                             "(default: every direction of the data-bin)", metavar="SRC-TGT,...")
+    encoder_langtok: Optional[str] = option(None, "put a language token (__de__) first in every source: the "
+                                                  "source's language (src) or the target's (tgt)",
+                                            choices=["src", "tgt"])
+    decoder_langtok: bool = option(False, "put the target language's token first in every target")
+    sampling_method: str = option("concat", "how training epochs are drawn from the directions: concat (every "
+                                            "pair once) or temperature (shares proportional to "
+                                            "size^(1/T))", choices=list(SAMPLING_METHODS))
+    sampling_temperature: float = option(1.5, "the T of --sampling-method temperature (1: by size; larger: "
+                                               "flatter)", low=0.0, low_open=True, high=1000.0)
+
+
+def language_token(lang: str) -> str:
+    """fairseq's language token: ``__de__``."""
+    return f"__{lang}__"
+
+
+class _Prepended:
+    """Every item of an indexed dataset with ``token`` in front (fairseq's PrependTokenDataset)."""
+
+    def __init__(self, dataset, token: int):
+        self.dataset, self.token = dataset, token
+        self.sizes = np.asarray(dataset.sizes, dtype=np.int64) + 1
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        item = np.asarray(self.dataset[i])
+        return np.concatenate([np.array([self.token], dtype=item.dtype), item])
+
+
+@register_task("translation_multi_simple_epoch", config=MultilingualConfig)
+class MultilingualTranslationTask(TranslationTask):
+    """Several directions of one data-bin, with language tokens; see the module docstring."""
+
+    def __init__(self, cfg: MultilingualConfig, dictionary: Dictionary, pairs: list[tuple[str, str]]):
+        super().__init__(cfg, dictionary, dictionary)
+        self.pairs = pairs
+        self._train_split: Optional[str] = None
+        self._seed = 1
+
+    @classmethod
+    def setup_task(cls, cfg: MultilingualConfig, **kwargs) -> "MultilingualTranslationTask":
+        if not cfg.data:
+            raise UsageError("the data-bin folder (positional DATA) is required")
+        if not os.path.isdir(cfg.data):
+            raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess --lang-pairs first)")
+        record = read_preprocess_json(cfg.data)
+        if cfg.lang_pairs is None and not record.get("lang_pairs"):
+            raise UsageError(f"{cfg.data}: not a multilingual data-bin (no lang_pairs in preprocess.json); give "
+                             f"--lang-pairs")
+        cfg.lang_pairs = cfg.lang_pairs or ",".join(record["lang_pairs"])
+        pairs = parse_lang_pairs(cfg.lang_pairs)
+        langs = sorted(languages(pairs))
+        dicts = [cls.load_dictionary(os.path.join(cfg.data, f"dict.{lang}.txt")) for lang in langs]
+        for lang, d in zip(langs[1:], dicts[1:]):
+            if d != dicts[0]:
+                raise DataError(f"{os.path.join(cfg.data, f'dict.{lang}.txt')}: differs from "
+                                f"dict.{langs[0]}.txt; a multilingual model needs one joint dictionary")
+        dictionary = dicts[0]
+        for lang in langs:
+            dictionary.add_symbol(language_token(lang))
+        logger.info("directions %s; joint dictionary: %d types with the language tokens %s", cfg.lang_pairs,
+                    len(dictionary), " ".join(language_token(lang) for lang in langs))
+        return cls(cfg, dictionary, pairs)
+
+    def sample_corpora(self, split: str, cfg: corpus_mix.CorpusSamplingConfig, seed: int) -> None:
+        """The training split's epochs are drawn over the directions (--sampling-method); the corpus
+        options of the translation task do not apply."""
+        if cfg.resamples() or cfg.upsample_primary > 1:
+            raise UsageError("--corpus-weights/--corpus-sampling/--upsample-primary: not with --task "
+                             "translation_multi_simple_epoch; use --sampling-method and --sampling-temperature")
+        self._train_split, self._seed = split, seed
+
+    def validation_splits(self, splits: list[str]) -> list[str]:
+        """Each validation split, then the same split direction by direction (``valid.en-de``, …)."""
+        return [name for split in splits for name in [split, *(f"{split}.{s}-{t}" for s, t in self.pairs)]]
+
+    def split_folder(self, split: str, epoch: int = 1) -> str:
+        return self.cfg.data
+
+    def _drawn_epochs(self, split: str) -> bool:
+        return split == self._train_split and self.cfg.sampling_method == "temperature" and len(self.pairs) > 1
+
+    def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
+        base, _, direction = split.partition(".")
+        pairs = [tuple(direction.split("-"))] if direction else self.pairs
+        if direction and pairs[0] not in self.pairs:
+            raise DataError(f"split {split!r}: {direction} is not one of --lang-pairs {self.cfg.lang_pairs}")
+        parts = [self._pair_dataset(base, src, tgt) for src, tgt in pairs]
+        names = [f"{src}-{tgt}" for src, tgt in pairs]
+        sampling = corpus_mix.CorpusSamplingConfig(
+            corpus_sampling="temperature" if split == self._train_split and self.cfg.sampling_method ==
+            "temperature" else "concat", corpus_temperature=self.cfg.sampling_temperature)
+        dataset = parts[0] if len(parts) == 1 else corpus_mix.mix(parts, names, sampling, self._seed, epoch)
+        dataset.split, dataset.epoch = split, epoch
+        self.datasets[split] = dataset
+        if len(parts) > 1:
+            logger.info("%s: epoch %d reads %d pairs: %s", split, epoch, len(dataset), dataset.composition())
+        return dataset
+
+    def _pair_dataset(self, split: str, src: str, tgt: str) -> LanguagePairDataset:
+        """One direction's split, its language tokens in front as the options say."""
+        sides = []
+        for lang in (src, tgt):
+            prefix = os.path.join(self.cfg.data, f"{split}.{src}-{tgt}.{lang}")
+            if not dataset_exists(prefix):
+                raise DataError(f"{prefix}.idx: no such split in {self.cfg.data} (binarize it with "
+                                f"nmt-preprocess --lang-pairs)")
+            sides.append(MMapIndexedDataset(prefix, len(self.src_dict), self.src_dict.eos()))
+        if len(sides[0]) != len(sides[1]) or not len(sides[0]):
+            raise DataError(f"{sides[0].prefix}: {len(sides[0])} source and {len(sides[1])} target sentences")
+        source, target = sides
+        if self.cfg.encoder_langtok:
+            lang = src if self.cfg.encoder_langtok == "src" else tgt
+            source = _Prepended(source, self.src_dict.index(language_token(lang)))
+        if self.cfg.decoder_langtok:
+            target = _Prepended(target, self.tgt_dict.index(language_token(tgt)))
+        return LanguagePairDataset(source, source.sizes, self.src_dict, target, target.sizes, self.tgt_dict)
