@@ -86,11 +86,12 @@ def _pairs_in_epoch(task, epoch_itr):
 
 
 def test_temperature_sampling_over_directions_worked_by_hand(uneven_bin):
-    # T = 2 over 300 and 100 pairs: sqrt(3) : 1 of 400 = 253.6 : 146.4 -> 254 and 146
+    # T = 2 over 300 and 100 pairs: shares sqrt(3) : 1; fairseq's epoch keeps the largest direction's 300
+    # and scales the other by 1/sqrt(3): 300 + 173.2 -> 473 pairs, 299.9 : 173.1 -> 300 and 173
     task = _task(uneven_bin, encoder_langtok="tgt", sampling_method="temperature", sampling_temperature=2.0)
     task.sample_corpora("train", CorpusSamplingConfig(), seed=3)
     task.load_dataset("train")
-    assert _pairs_in_epoch(task, task.get_batch_iterator(split="train", seed=3)) == {"en-de": 254, "en-fr": 146}
+    assert _pairs_in_epoch(task, task.get_batch_iterator(split="train", seed=3)) == {"en-de": 300, "en-fr": 173}
     task = _task(uneven_bin, encoder_langtok="tgt")  # concat: every pair once
     task.sample_corpora("train", CorpusSamplingConfig(), seed=3)
     task.load_dataset("train")
@@ -142,3 +143,31 @@ def test_a_bilingual_data_bin_is_refused_by_name(tmp_path, capsys):
                   "--save-dir", str(tmp_path / "ck")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "not a multilingual data-bin (no lang_pairs in preprocess.json); give --lang-pairs" in err[-1]
+
+
+FAIRSEQ_EPOCH_SIZES = r"""
+import json, sys
+from fairseq.data.multilingual.sampled_multi_dataset import default_virtual_size_func
+from fairseq.data.multilingual.sampling_method import temperature_sampling
+cases = json.loads(sys.argv[1])
+print(json.dumps([default_virtual_size_func([range(n) for n in sizes], temperature_sampling(sizes, t))
+                  for sizes, t in cases]))
+"""
+
+
+@pytest.mark.skipif(not FAIRSEQ_PY.exists(), reason="fairseq 0.12.3's venv is not on this machine")
+def test_the_epoch_of_temperature_sampling_is_as_long_as_fairseqs():
+    import numpy as np
+
+    from nmt_toolkit.data.corpora import temperature_shares
+    from nmt_toolkit.tasks.multilingual import fairseq_epoch_size
+
+    cases = [[[300, 100], 2.0], [[29000, 29000, 1000], 1.5], [[5, 1_000_000], 5.0], [[1000, 10], 1.0],
+             [[7, 7, 7], 3.0], [[100, 3000, 50, 400], 100.0]]
+    done = subprocess.run([str(FAIRSEQ_PY), "-c", FAIRSEQ_EPOCH_SIZES, json.dumps(cases)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [fairseq_epoch_size(sizes, temperature_shares(sizes, t)) for sizes, t in cases]
+    assert ours == theirs and len(set(ours)) > 3
+    assert np.isclose(temperature_shares([300, 100], 2.0)[0], 3 ** 0.5 / (3 ** 0.5 + 1))

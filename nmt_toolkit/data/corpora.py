@@ -99,17 +99,24 @@ def _whole_counts(shares: np.ndarray, total: int) -> list[int]:
     return [int(c) for c in counts]
 
 
-def epoch_counts(sizes: Sequence[int], cfg: CorpusSamplingConfig) -> list[int]:
-    """Pairs each corpus gives per epoch (see the module docstring)."""
+def epoch_counts(sizes: Sequence[int], cfg: CorpusSamplingConfig, total: Optional[int] = None) -> list[int]:
+    """Pairs each corpus gives per epoch (see the module docstring); ``total`` replaces the epoch's length
+    ``Σ n_i`` of weights and temperature."""
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     weights = cfg.weights()
     if weights is not None:
         shares = np.asarray(weights, dtype=np.float64)
     elif cfg.corpus_sampling == "temperature":
-        shares = (sizes_arr / sizes_arr.sum()) ** (1.0 / cfg.corpus_temperature)
+        shares = temperature_shares(sizes, cfg.corpus_temperature)
     else:
         return [int(n) * (cfg.upsample_primary if i == 0 else 1) for i, n in enumerate(sizes)]
-    return _whole_counts(shares / shares.sum(), int(sizes_arr.sum()))
+    return _whole_counts(shares / shares.sum(), int(sizes_arr.sum()) if total is None else total)
+
+
+def temperature_shares(sizes: Sequence[int], temperature: float) -> np.ndarray:
+    """``n_i^(1/T)``, normalised: the shares of temperature sampling."""
+    shares = (np.asarray(sizes, dtype=np.float64) / float(sum(sizes))) ** (1.0 / temperature)
+    return shares / shares.sum()
 
 
 def draw(sizes: Sequence[int], counts: Sequence[int], seed: int, epoch: int) -> list[np.ndarray]:
@@ -164,8 +171,9 @@ class CorpusMixture(LanguagePairDataset):
 
 
 def mix(corpora: Sequence[LanguagePairDataset], names: Sequence[str], cfg: CorpusSamplingConfig, seed: int,
-        epoch: int) -> CorpusMixture:
-    """Epoch ``epoch``'s draw from ``corpora`` under ``cfg`` (checked against ``names`` first)."""
+        epoch: int, total: Optional[int] = None) -> CorpusMixture:
+    """Epoch ``epoch``'s draw from ``corpora`` under ``cfg`` (checked against ``names`` first); ``total``:
+    see :func:`epoch_counts`."""
     cfg.check_corpora(names)
     sizes = [len(c) for c in corpora]
-    return CorpusMixture(corpora, names, draw(sizes, epoch_counts(sizes, cfg), seed, epoch))
+    return CorpusMixture(corpora, names, draw(sizes, epoch_counts(sizes, cfg, total), seed, epoch))

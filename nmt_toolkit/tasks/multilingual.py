@@ -7,8 +7,10 @@ data-bin (``nmt-preprocess --lang-pairs``), with fairseq's flags and semantics.
   ``--decoder-langtok`` the target's first in every target (the decoder then reads ``</s> __de__ …``).
 - Training epochs are drawn from the directions as data/corpora.py draws corpora: ``--sampling-method
   concat`` reads every pair once, ``temperature`` gives direction ``i`` a share ∝ ``n_i^(1/T)``
-  (``--sampling-temperature T``) of an epoch as long as all of them together, drawn anew each epoch from
-  the seed and the epoch (a resumed run reads what the run that never stopped read).
+  (``--sampling-temperature T``) of an epoch as long as fairseq's (:func:`fairseq_epoch_size`), drawn
+  anew each epoch from the seed and the epoch (a resumed run reads what the run that never stopped read).
+  fairseq gives the rounding's left-over pairs to random directions; here they go to the largest
+  remainders, so counts may differ from fairseq's by one.
 - A validation split is read as all directions together (the loss that chooses the best checkpoint) and
   also direction by direction as ``valid.en-de``, …, each logged as its own line.
 - The checkpoint's task options record the directions (``lang_pairs``) and the tag style.
@@ -50,6 +52,15 @@ class MultilingualConfig(TranslationConfig):
                                             "size^(1/T))", choices=list(SAMPLING_METHODS))
     sampling_temperature: float = option(1.5, "the T of --sampling-method temperature (1: by size; larger: "
                                                "flatter)", low=0.0, low_open=True, high=1000.0)
+
+
+def fairseq_epoch_size(sizes: list[int], shares: np.ndarray, max_scale_up: float = 1.5) -> int:
+    """The length of a temperature-sampled epoch as fairseq's ``default_virtual_size_func`` sets it: the
+    largest direction keeps its size, the others are scaled by their share relative to its share, and
+    the sum is capped at ``max_scale_up`` times all pairs."""
+    largest = int(np.argmax(sizes))
+    scaled = sum(share / shares[largest] * sizes[largest] for share in shares)
+    return int(min(scaled, sum(sizes) * max_scale_up))
 
 
 def language_token(lang: str) -> str:
@@ -135,7 +146,12 @@ class MultilingualTranslationTask(TranslationTask):
         sampling = corpus_mix.CorpusSamplingConfig(
             corpus_sampling="temperature" if split == self._train_split and self.cfg.sampling_method ==
             "temperature" else "concat", corpus_temperature=self.cfg.sampling_temperature)
-        dataset = parts[0] if len(parts) == 1 else corpus_mix.mix(parts, names, sampling, self._seed, epoch)
+        if len(parts) == 1:
+            dataset = parts[0]
+        else:
+            sizes = [len(p) for p in parts]
+            total = fairseq_epoch_size(sizes, corpus_mix.temperature_shares(sizes, self.cfg.sampling_temperature))
+            dataset = corpus_mix.mix(parts, names, sampling, self._seed, epoch, total)
         dataset.split, dataset.epoch = split, epoch
         self.datasets[split] = dataset
         if len(parts) > 1:
