@@ -41,10 +41,16 @@ def _task(data, **options):
     (["--encoder-langtok", "src", "--decoder-langtok"], {"encoder_langtok": "src", "decoder_langtok": True}),
     (["--encoder-langtok", "tgt"], {"encoder_langtok": "tgt"}),
     ([], {}),
+    (["--lang-dict", "{langs}", "--encoder-langtok", "tgt", "--decoder-langtok"],
+     {"lang_dict": "{langs}", "encoder_langtok": "tgt", "decoder_langtok": True}),
 ])
 def test_items_are_fairseqs_token_for_token(mbin, tmp_path, flags, options):  # noqa: F811
     script = tmp_path / "items.py"
     script.write_text(FAIRSEQ_ITEMS)
+    langs = tmp_path / "langs.txt"
+    langs.write_text("fr\ncs\nen\nde\n")  # not sorted, and one language no direction uses
+    flags = [f.format(langs=langs) for f in flags]
+    options = {k: v.format(langs=langs) if isinstance(v, str) else v for k, v in options.items()}
     done = subprocess.run([str(FAIRSEQ_PY), str(script), str(mbin), PAIRS, *flags], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -171,3 +177,25 @@ def test_the_epoch_of_temperature_sampling_is_as_long_as_fairseqs():
     ours = [fairseq_epoch_size(sizes, temperature_shares(sizes, t)) for sizes, t in cases]
     assert ours == theirs and len(set(ours)) > 3
     assert np.isclose(temperature_shares([300, 100], 2.0)[0], 3 ** 0.5 / (3 ** 0.5 + 1))
+
+
+def test_opus_mt_style_puts_the_target_tag_first(mbin, tmp_path):  # noqa: F811
+    task = _task(mbin, lang_tok_style="opus_mt", encoder_langtok="tgt")
+    plain = _task(mbin)
+    d = task.source_dictionary
+    assert [d[len(d) - 3 + k] for k in range(3)] == [">>de<<", ">>en<<", ">>fr<<"]
+    for pair in PAIRS.split(","):
+        tagged, untagged = task.load_dataset(f"valid.{pair}"), plain.load_dataset(f"valid.{pair}")
+        tag = d.index(f">>{pair.split('-')[1]}<<")
+        for i in range(len(tagged)):
+            assert tagged[i]["source"].tolist() == [tag, *untagged[i]["source"].tolist()]
+            assert tagged[i]["target"].tolist() == untagged[i]["target"].tolist()
+
+
+def test_a_lang_dict_without_a_used_language_is_one_line(mbin, tmp_path, capsys):  # noqa: F811
+    langs = tmp_path / "langs.txt"
+    langs.write_text("en\nde\n")
+    code = train([str(mbin), *TINY, "--task", "translation_multi_simple_epoch", "--lang-dict", str(langs),
+                  "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ck")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and f"--lang-dict {langs}: lacks fr, which --lang-pairs uses" in err[-1]

@@ -2,7 +2,8 @@
 data-bin (``nmt-preprocess --lang-pairs``), with fairseq's flags and semantics.
 
 - The joint dictionary gets one token per language, ``__de__``, appended after its last entry in sorted
-  language order, as fairseq's task appends them (so the ids are fairseq's).
+  language order (or the order of ``--lang-dict``), as fairseq's task appends them (so the ids are
+  fairseq's); ``--lang-tok-style opus_mt`` writes them as OPUS-MT's ``>>de<<`` instead.
 - ``--encoder-langtok src|tgt`` puts the source's or the target's language token first in every source;
   ``--decoder-langtok`` the target's first in every target (the decoder then reads ``</s> __de__ …``).
 - Training epochs are drawn from the directions as data/corpora.py draws corpora: ``--sampling-method
@@ -43,6 +44,13 @@ SAMPLING_METHODS = ("concat", "temperature")
 class MultilingualConfig(TranslationConfig):
     lang_pairs: Optional[str] = option(None, "the directions to train, comma-separated, e.g. en-de,en-fr,de-en "
                                              "(default: every direction of the data-bin)", metavar="SRC-TGT,...")
+    lang_dict: Optional[str] = option(None, "a file naming the languages, one a line: their tokens are added to "
+                                            "the dictionary in this order (default: the directions' languages, "
+                                            "sorted)", metavar="FILE")
+    lang_tok_style: str = option("multilingual", "how language tokens are written: multilingual (fairseq's "
+                                                 "__de__) or opus_mt (>>de<<, with --encoder-langtok tgt as "
+                                                 "OPUS-MT's multilingual models)",
+                                 choices=["multilingual", "opus_mt"])
     encoder_langtok: Optional[str] = option(None, "put a language token (__de__) first in every source: the "
                                                   "source's language (src) or the target's (tgt)",
                                             choices=["src", "tgt"])
@@ -63,9 +71,23 @@ def fairseq_epoch_size(sizes: list[int], shares: np.ndarray, max_scale_up: float
     return int(min(scaled, sum(sizes) * max_scale_up))
 
 
-def language_token(lang: str) -> str:
-    """fairseq's language token: ``__de__``."""
-    return f"__{lang}__"
+def language_token(lang: str, style: str = "multilingual") -> str:
+    """A language's token: fairseq's ``__de__``, or OPUS-MT's ``>>de<<``."""
+    return f">>{lang}<<" if style == "opus_mt" else f"__{lang}__"
+
+
+def read_lang_dict(path: str, needed: list[str]) -> list[str]:
+    """The languages of ``--lang-dict``, in its order; one that a direction needs and the file lacks is
+    one line naming both."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            langs = [line.strip() for line in handle if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"--lang-dict {path}: cannot read it ({exc})") from None
+    missing = [lang for lang in needed if lang not in langs]
+    if missing:
+        raise DataError(f"--lang-dict {path}: lacks {', '.join(missing)}, which --lang-pairs uses")
+    return langs
 
 
 class _Prepended:
@@ -105,17 +127,19 @@ class MultilingualTranslationTask(TranslationTask):
                              f"--lang-pairs")
         cfg.lang_pairs = cfg.lang_pairs or ",".join(record["lang_pairs"])
         pairs = parse_lang_pairs(cfg.lang_pairs)
-        langs = sorted(languages(pairs))
-        dicts = [cls.load_dictionary(os.path.join(cfg.data, f"dict.{lang}.txt")) for lang in langs]
-        for lang, d in zip(langs[1:], dicts[1:]):
+        used = sorted(languages(pairs))
+        langs = read_lang_dict(cfg.lang_dict, used) if cfg.lang_dict else used
+        dicts = [cls.load_dictionary(os.path.join(cfg.data, f"dict.{lang}.txt")) for lang in used]
+        for lang, d in zip(used[1:], dicts[1:]):
             if d != dicts[0]:
                 raise DataError(f"{os.path.join(cfg.data, f'dict.{lang}.txt')}: differs from "
-                                f"dict.{langs[0]}.txt; a multilingual model needs one joint dictionary")
+                                f"dict.{used[0]}.txt; a multilingual model needs one joint dictionary")
         dictionary = dicts[0]
-        for lang in langs:
-            dictionary.add_symbol(language_token(lang))
+        tokens = [language_token(lang, cfg.lang_tok_style) for lang in langs]
+        for token in tokens:
+            dictionary.add_symbol(token)
         logger.info("directions %s; joint dictionary: %d types with the language tokens %s", cfg.lang_pairs,
-                    len(dictionary), " ".join(language_token(lang) for lang in langs))
+                    len(dictionary), " ".join(tokens))
         return cls(cfg, dictionary, pairs)
 
     def sample_corpora(self, split: str, cfg: corpus_mix.CorpusSamplingConfig, seed: int) -> None:
@@ -172,7 +196,7 @@ class MultilingualTranslationTask(TranslationTask):
         source, target = sides
         if self.cfg.encoder_langtok:
             lang = src if self.cfg.encoder_langtok == "src" else tgt
-            source = _Prepended(source, self.src_dict.index(language_token(lang)))
+            source = _Prepended(source, self.src_dict.index(language_token(lang, self.cfg.lang_tok_style)))
         if self.cfg.decoder_langtok:
-            target = _Prepended(target, self.tgt_dict.index(language_token(tgt)))
+            target = _Prepended(target, self.tgt_dict.index(language_token(tgt, self.cfg.lang_tok_style)))
         return LanguagePairDataset(source, source.sizes, self.src_dict, target, target.sizes, self.tgt_dict)
