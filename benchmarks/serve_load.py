@@ -1,7 +1,7 @@
 """nmt-serve under load: N concurrent clients, one Multi30k test sentence per request, over loopback.
 
     python benchmarks/serve_load.py --data BIN --path CK [--engines torch,ctranslate2] [--clients 32]
-                                    [--requests 1000] [--threads 2] [--rounds 1] [--offline]
+                                    [--requests 1000] [--threads 2] [--rounds 1] [--offline] [--search FLAGS]
 
 For each engine, servers with dynamic batching on and off (``--no-batching``: one request at a time, each
 its own batch) are started in turn (on, off, on, off … for ``--rounds``, so a change in the machine's load
@@ -10,7 +10,8 @@ sending its next request when the previous one is answered (a closed loop: the s
 Prints one JSON line per run: requests/s (= sentences/s), latency p50/p99/mean in ms, the mean decoded batch
 size (from /metrics), and the latency of one request alone (1 client, 50 requests). ``--offline`` also runs
 nmt-generate on the same sentences (``--input``, the same threads) and prints its sentences/s, the figure
-the server's throughput is compared with. Everything stays on 127.0.0.1; every run stops by itself.
+the server's throughput is compared with. CTranslate2 runs with ``--lenpen-style fairseq --early-stop beam``
+(the search it has), server and nmt-generate alike. Everything stays on 127.0.0.1; every run stops by itself.
 
 The clients are plain asyncio HTTP/1.1 over keep-alive connections (a few lines, no client library) so
 that the load generator takes as little of the machine's CPU as possible from the server it measures.
@@ -32,6 +33,8 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
+#: the search CTranslate2 can run: it divides by |Y|^alpha and stops when --beam hypotheses have finished
+ENGINE_FLAGS = {"torch": [], "ctranslate2": ["--lenpen-style", "fairseq", "--early-stop", "beam"]}
 
 
 def load_sentences(n: int) -> list[str]:
@@ -46,7 +49,8 @@ def load_sentences(n: int) -> list[str]:
 def start_server(args, engine: str, batching: bool):
     command = [str(BIN / "nmt-serve"), args.data, "--path", args.path, "--cpu", "--threads", str(args.threads),
                "--engine", engine, "--port", "0", "--batching" if batching else "--no-batching",
-               "--max-wait-ms", str(args.max_wait_ms), "--decode-workers", str(args.decode_workers), *args.extra]
+               "--max-wait-ms", str(args.max_wait_ms), "--decode-workers", str(args.decode_workers),
+               *ENGINE_FLAGS[engine], *args.search.split(), *args.extra]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         found = re.search(r"serving \S+ on http://([\d.]+):(\d+)", line)
@@ -125,7 +129,9 @@ def offline(args, engine: str, sentences: list[str]) -> dict:
         f.write("\n".join(sentences) + "\n")
     try:
         out = subprocess.run([str(BIN / "nmt-generate"), args.data, "--path", args.path, "--input", f.name, "--cpu",
-                              "--threads", str(args.threads), "--engine", engine], capture_output=True, text=True)
+                              "--threads", str(args.threads), "--engine", engine, *ENGINE_FLAGS[engine],
+                              *args.search.split()],
+                             capture_output=True, text=True)
     finally:
         os.unlink(f.name)
     found = re.search(r"translated (\d+) sentences .* \(([\d.]+) sentences/s", out.stderr)
@@ -145,9 +151,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--max-wait-ms", type=float, default=20.0)
     parser.add_argument("--decode-workers", type=int, default=1)
     parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--search", default="", help="generation flags for the servers and nmt-generate alike, "
+                                                     "e.g. '--max-len-a 0 --max-len-b 200'")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more nmt-serve flags (last)")
     args = parser.parse_args()
     sentences = load_sentences(args.requests)

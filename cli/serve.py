@@ -3,11 +3,12 @@
 \b
     nmt-serve data-bin/m30k --path ck/averaged.pt --cpu --threads 2           # http://127.0.0.1:8000/
     nmt-serve data-bin/m30k --path exported-ct2/ --engine ctranslate2 --port 5000
+    nmt-serve --path m30k-model                                   # a model folder needs no data-bin
     curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
          -d '{"q": "A dog runs on the beach.", "source": "en", "target": "de"}'
 
-The model loads as nmt-generate loads it (a checkpoint with its data-bin, an ensemble a.pt:b.pt, or an
-nmt-export CTranslate2 folder with --engine ctranslate2); its generation options are the server's defaults,
+The model loads as nmt-generate loads it (a checkpoint with its data-bin, an ensemble a.pt:b.pt, a model
+folder, or an nmt-export CTranslate2 folder with --engine ctranslate2); its generation options are the server's defaults,
 which /v1/translate requests may override. Requests that arrive together are decoded in one batch (up to
 --max-batch-tokens, waiting at most --max-wait-ms). The server listens on 127.0.0.1 unless --host says
 otherwise, and on SIGTERM answers the requests in flight, then exits 0. See docs/serving.md.

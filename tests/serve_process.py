@@ -18,12 +18,13 @@ READY = re.compile(r"serving \S+ on (http://\S+)")
 
 
 class ServerProcess:
-    """``nmt-serve DATA --path CK --cpu --threads 1 --port 0 *extra``; ``url`` once ready, ``stderr`` as read."""
+    """``nmt-serve DATA --path CK --cpu --threads 1 --port 0 *extra`` (no DATA when ``data`` is None: a model
+    folder); ``url`` once ready, ``stderr`` as read."""
 
     def __init__(self, data, checkpoint, *extra: str, startup_timeout: float = 120.0):
         script = Path(sys.executable).parent / "nmt-serve"
-        command = [str(script), str(data), "--path", str(checkpoint), "--cpu", "--threads", "1", "--port", "0",
-                   *map(str, extra)]
+        command = [str(script), *([] if data is None else [str(data)]), "--path", str(checkpoint), "--cpu",
+                   "--threads", "1", "--port", "0", *map(str, extra)]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "OMP_NUM_THREADS": "1"})
         self.lines: list[str] = []

@@ -215,3 +215,20 @@ def test_api_keys(trained_translation, tmp_path):
         assert httpx.get(process.url + "/languages").status_code == 200
     finally:
         assert process.terminate() == 0
+
+
+def test_a_model_folder_is_served_without_a_data_bin(trained_translation, translator, tmp_path):
+    from libretranslatepy import LibreTranslateAPI
+
+    from nmt_toolkit.cli.export import run as export
+
+    t = trained_translation
+    folder = tmp_path / "model"
+    assert export([str(t.data), "--path", str(t.first), "--format", "folder", "--output-dir", str(folder)]) == 0
+    process = ServerProcess(None, folder)
+    try:
+        sources = _sources(t)[:8]
+        client = LibreTranslateAPI(process.url)
+        assert [client.translate(s, "en", "de") for s in sources] == [r.text for r in translator.translate(sources)]
+    finally:
+        assert process.terminate() == 0

@@ -1,8 +1,9 @@
 """Dynamic batching: the sentences of requests that arrive close together are decoded as one batch.
 
 Requests wait in one queue. Each of ``workers`` batcher tasks takes the oldest request, then keeps taking
-requests while they fit in ``max_batch_tokens`` source tokens and the oldest has waited less than
-``max_wait`` seconds (a request that waited through a previous decode goes at once). The sentences taken are
+requests while they fit in ``max_batch_tokens`` source tokens, until ``max_wait`` seconds after the oldest
+arrived or after the last batch finished, whichever is later (the clients just answered often send their
+next request within that moment). The sentences taken are
 grouped by what decodes them (language pair and search options), sorted by length and cut into batches whose
 padded size fits the budget; each batch decodes on the worker's own thread, off the event loop, so the
 server keeps answering (``/health``) while it works. A request whose caller went away (disconnected, timed
@@ -68,6 +69,7 @@ class DynamicBatcher:
         self._arrival: Optional[asyncio.Event] = None
         self._tasks: list[asyncio.Task] = []
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._last_done = 0.0  # when the last batch finished decoding (time.monotonic)
 
     @property
     def waiting_sentences(self) -> int:
@@ -120,6 +122,7 @@ class DynamicBatcher:
                         if job.wanted:
                             job.future.set_exception(exc)
                     continue
+                self._last_done = time.monotonic()
                 self.observer.decoded(len(ids), sum(len(x) for x in ids), len(ids) * max(len(x) for x in ids),
                                       results, time.monotonic() - started)
                 for (job, i), result in zip(live, results):
@@ -134,7 +137,9 @@ class DynamicBatcher:
         jobs, tokens = [first], first.tokens
         if not self.batching:
             return jobs
-        deadline = first.arrived + self.max_wait
+        # a closed loop of clients answers a batch with new requests a moment after it ends: wait for those
+        # too, or the batches alternate between the requests that waited and those just answered
+        deadline = max(first.arrived, self._last_done) + self.max_wait
         while tokens < self.budget:
             while self._waiting and not self._waiting[0].wanted:
                 self._drop(len(self._waiting.popleft().ids))

@@ -20,7 +20,8 @@ class ServeConfig:
                                   "batch (--no-batching: one request at a time, each its own batch)")
     max_batch_tokens: int = option(6000, "a decode batch holds at most this many source tokens, padding included "
                                          "(a longer sentence still goes alone)", low=1, high=10_000_000)
-    max_wait_ms: float = option(5.0, "wait at most this long after a request arrives for others to join its batch",
+    max_wait_ms: float = option(20.0, "milliseconds a batch waits for more requests after the oldest of its "
+                                      "requests arrived or the last batch finished, whichever is later",
                                 low=0, high=10_000)
     decode_workers: int = option(1, "batches decoded at once, each on torch threads // N intra-op threads (the "
                                     "torch engine on the CPU; 1 elsewhere)", low=1, high=64)
