@@ -216,3 +216,38 @@ def test_upsample_primary_with_one_corpus_is_refused(tmp_path, capsys):
                   "--save-dir", str(tmp_path / "ck")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "--upsample-primary 2: the data-bin holds one training corpus (train)" in err[-1]
+
+
+FAIRSEQ_PY = "/tmp/nmt-checks/fairseq-venv/bin/python"
+FAIRSEQ_TRAIN_SET = r"""
+import collections, json, sys
+from fairseq import options, tasks
+data, upsample = sys.argv[1:]
+parser = options.get_training_parser()
+args = options.parse_args_and_arch(parser, [data, "--task", "translation", "--arch", "transformer", "--source-lang",
+    "xx", "--target-lang", "yy", "--upsample-primary", upsample, "--max-tokens", "4000"])
+task = tasks.setup_task(args)
+task.load_dataset("train", epoch=1, combine=True)  # as fairseq-train loads its training split
+dataset = task.datasets["train"]
+d = task.source_dictionary
+print(json.dumps(collections.Counter(d.string(dataset[i]["source"]) for i in range(len(dataset)))))
+"""
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(FAIRSEQ_PY), reason="fairseq 0.12.3's venv is not here")
+def test_upsample_primary_reads_what_fairseqs_translation_task_reads(corpora_bin, tmp_path):
+    """fairseq's translation task concatenates train and train1 of our data-bin with --upsample-primary 3:
+    the same pairs, each as many times, as one epoch here."""
+    import collections
+    import json
+    import os
+    import subprocess
+
+    done = subprocess.run([FAIRSEQ_PY, "-c", FAIRSEQ_TRAIN_SET, str(corpora_bin / "bin"), "3"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    task = _task(corpora_bin / "bin", upsample_primary=3)
+    dataset = task.dataset("train")
+    ours = collections.Counter(task.src_dict.string(dataset[i]["source"]) for i in range(len(dataset)))
+    assert ours == collections.Counter(theirs) and sum(ours.values()) == 800
