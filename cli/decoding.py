@@ -47,15 +47,14 @@ def load_translator(configs: dict, need_attn: bool, scores: bool = True):
     random seed is set last, right before decoding, so that --sampling draws a stream nothing else used."""
     import torch
 
-    from nmt_toolkit.generation.translator import Engine, Translator
-    from nmt_toolkit.registry import TASKS
+    from nmt_toolkit.generation.translator import Engine, Translator, decoding_task
 
     gen, io, seed = configs["generation"], configs["io"], configs["common"].seed
     if not gen.path:
         raise UsageError("--path is required (a checkpoint, or several separated by ':')")
     if not configs["task"].data and data_folder_of(gen.path):  # the folder holds dictionaries and subword models
         configs["task"].data = data_folder_of(gen.path)
-    task = TASKS.get("translation").obj.setup_task(configs["task"])
+    task = decoding_task(configs["task"], gen.path)  # a multilingual checkpoint gets its own task
     device = choose_device(io)
     if io.threads is not None:
         torch.set_num_threads(io.threads)

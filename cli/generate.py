@@ -180,7 +180,7 @@ class _Collected:
         if self.raw_sources is not None:
             src_text = self.raw_sources[sid]
         else:
-            src_text = detok(task.src_dict.string(sample["net_input"]["src_tokens"][i]))
+            src_text = self.translator.source_text(sample["net_input"]["src_tokens"][i])
         lines = [f"S-{sid}\t{printable(src_text)}"]
         ref = ""
         if target is not None:

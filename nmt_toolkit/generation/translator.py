@@ -21,7 +21,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -108,7 +108,7 @@ class Translator:
         gen = from_dict(GenerationConfig, {**options, "path": path}, what="Translator")
         gen.validate()
         chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return cls.from_task(entry.obj.setup_task(task_cfg), gen, Engine(engine, chosen, seed=seed))
+        return cls.from_task(decoding_task(task_cfg, path), gen, Engine(engine, chosen, seed=seed))
 
     @classmethod
     def from_task(cls, task, gen: GenerationConfig, engine: Engine, need_attn: bool = False,
@@ -161,7 +161,7 @@ class Translator:
         longer than :meth:`source_limit` is a :class:`DataError` naming it (``what`` ``unit`` number, counted
         from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none."""
         return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit,
-                            self.target_lang_tag())
+                            self.target_lang_tag(), getattr(self.task, "tag_source", None))
 
     def target_lang_tag(self) -> Optional[str]:
         """The language token put before every source: ``--target-lang-tag``, else the model folder's; one
@@ -234,17 +234,30 @@ class Translator:
         src = sample["net_input"]["src_tokens"].to(device)
         lengths = sample["net_input"]["src_lengths"].to(device)
         target = sample.get("target")
+        tag = self.task.decoder_token() if hasattr(self.task, "decoder_token") else None
         if self.gen.score_reference:
             if target is None:
                 raise UsageError("--score-reference needs references (a binarized split, not --input)")
-            return self.generator.score_reference(src, lengths, target.to(device), need_attn=need_attn)
+            target = target if tag is None else _with_first_column(target, tag)
+            found = self.generator.score_reference(src, lengths, target.to(device), need_attn=need_attn)
+            return found if tag is None else _without_first_token(found)
         prefix = None
         if self.gen.prefix_size > 0:
             if target is None:
                 raise UsageError("--prefix-size needs references (a binarized split, not --input)")
             prefix = target[:, : self.gen.prefix_size].to(device)
             prefix = prefix.masked_fill(prefix == self.generator.eos, self.generator.pad)
-        return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+        if tag is None:
+            return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+        # the decoder reads </s> and then the target language's token, as in training: a forced first token
+        prefix = _with_first_column(src[:, :0] if prefix is None else prefix, tag)
+        return _without_first_token(self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn))
+
+    def source_text(self, ids) -> str:
+        """A binarized source as text, without the language token that tags it for the model."""
+        tags = self.task.language_token_ids() if hasattr(self.task, "language_token_ids") else set()
+        ids = [i for i in (ids.tolist() if hasattr(ids, "tolist") else ids) if i not in tags]
+        return self.detokenize(self.task.src_dict.string(ids))
 
     def hypothesis(self, hyp: dict) -> Hypothesis:
         """A search result (token ids, natural-log scores) as a :class:`Hypothesis`."""
@@ -259,9 +272,11 @@ class Translator:
 
 
 def encode_lines(lines: Sequence[str], task, codec, limit: tuple[int, str], what: str = "input", first: int = 1,
-                 unit: str = "line", tag: Optional[str] = None) -> list[np.ndarray]:
-    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, ``tag`` first when given); a line
-    longer than ``limit`` (size, what sets it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
+                 unit: str = "line", tag: Optional[str] = None,
+                 tag_ids: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> list[np.ndarray]:
+    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, ``tag`` first when given, then
+    ``tag_ids`` applied: a multilingual task's language token); a line longer than ``limit`` (size, what sets
+    it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
     size, reason = limit
     pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
     if tag is not None:
@@ -269,12 +284,66 @@ def encode_lines(lines: Sequence[str], task, codec, limit: tuple[int, str], what
     out = []
     for i, p in enumerate(pieces):
         ids = task.src_dict.encode_tokens(p)
+        if tag_ids is not None and len(ids) > 1:  # an empty line stays empty (its EOS alone)
+            ids = tag_ids(ids)
         if len(ids) > size:
             hint = "" if reason.startswith("the model") else f" or raise {reason}"
             raise DataError(f"{what} {unit} {first + i}: {len(ids)} tokens (with its EOS), more than the {size} "
                             f"of {reason}; split the {unit}{hint}")
         out.append(ids)
     return out
+
+
+def _with_first_column(rows: torch.Tensor, token: int) -> torch.Tensor:
+    """``rows`` ([B, T]) with a column of ``token`` in front."""
+    return torch.cat([torch.full((rows.size(0), 1), token, dtype=rows.dtype, device=rows.device), rows], dim=1)
+
+
+def _without_first_token(found: list[list[dict]]) -> list[list[dict]]:
+    """Hypotheses without their forced first token (a language tag): it is no output, so its piece, score and
+    alignment go. The hypothesis' score stays the one the search ranked by, the tag's log-probability
+    included, as fairseq's is."""
+    for hyps in found:
+        for hyp in hyps:
+            for key in ("tokens", "positional_scores", "attention", "alignment"):
+                if hyp.get(key) is not None:
+                    hyp[key] = hyp[key][1:]
+    return found
+
+
+def decoding_task(cfg, path: str):
+    """The task that decodes the checkpoint ``path`` (its first, for an ensemble) with the options ``cfg``
+    (a :class:`TranslationConfig`): a model trained with ``--task translation_multi_simple_epoch`` gets
+    that task with the language options its checkpoint records, to translate ``cfg.source_lang`` →
+    ``cfg.target_lang``; any other the translation task."""
+    from nmt_toolkit.tasks.translation import TranslationTask
+
+    recorded = _recorded_task(path.split(":")[0])
+    if recorded is None:
+        return TranslationTask.setup_task(cfg)
+    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
+
+    own = {f.name for f in dataclasses.fields(cfg)}
+    options = {f.name: recorded[f.name] for f in dataclasses.fields(MultilingualConfig)
+               if f.name not in own and recorded.get(f.name) is not None}
+    return MultilingualTranslationTask.setup_decoding(MultilingualConfig(**dataclasses.asdict(cfg), **options))
+
+
+def _recorded_task(path: str) -> Optional[dict]:
+    """The task options a multilingual checkpoint records, or None for any other file. The file is mapped,
+    not read (``mmap``): the weights are loaded later, and a file that cannot be read is reported then."""
+    from nmt_toolkit.model_folder import is_model_folder
+
+    if is_model_folder(path) or not os.path.isfile(path):
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        config = state["config"]
+        if config["components"]["task"] == "translation_multi_simple_epoch" and isinstance(config["task"], dict):
+            return config["task"]
+    except Exception:  # not our checkpoint (fairseq's, a damaged file): the model loader names the problem
+        return None
+    return None
 
 
 def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engine, num_batches: int) -> int:

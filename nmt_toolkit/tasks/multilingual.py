@@ -15,6 +15,10 @@ data-bin (``nmt-preprocess --lang-pairs``), with fairseq's flags and semantics.
 - A validation split is read as all directions together (the loss that chooses the best checkpoint) and
   also direction by direction as ``valid.en-de``, …, each logged as its own line.
 - The checkpoint's task options record the directions (``lang_pairs``) and the tag style.
+- Decoding (:meth:`MultilingualTranslationTask.setup_decoding`) translates one direction ``--source-lang`` →
+  ``--target-lang``, any two of the model's languages (zero-shot ones too): sources get their tag from
+  :meth:`~MultilingualTranslationTask.language_tokens` and :func:`prepend`, as training items do, and the
+  decoder's tag is the search's forced first token (the translator's job).
 """
 from __future__ import annotations
 
@@ -90,6 +94,13 @@ def read_lang_dict(path: str, needed: list[str]) -> list[str]:
     return langs
 
 
+def prepend(token: int, item: np.ndarray) -> np.ndarray:
+    """``item`` with ``token`` in front: how a language token enters a training source or target, and a
+    decoded source (so decoding tags sources exactly as training did)."""
+    item = np.asarray(item)
+    return np.concatenate([np.array([token], dtype=item.dtype), item])
+
+
 class _Prepended:
     """Every item of an indexed dataset with ``token`` in front (fairseq's PrependTokenDataset)."""
 
@@ -101,8 +112,7 @@ class _Prepended:
         return len(self.dataset)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        item = np.asarray(self.dataset[i])
-        return np.concatenate([np.array([self.token], dtype=item.dtype), item])
+        return prepend(self.token, self.dataset[i])
 
 
 @register_task("translation_multi_simple_epoch", config=MultilingualConfig)
@@ -111,9 +121,12 @@ class MultilingualTranslationTask(TranslationTask):
 
     scores_valid_bleu = False  # decoding with language tokens is not built yet: --eval-bleu is refused
 
-    def __init__(self, cfg: MultilingualConfig, dictionary: Dictionary, pairs: list[tuple[str, str]]):
+    def __init__(self, cfg: MultilingualConfig, dictionary: Dictionary, pairs: list[tuple[str, str]],
+                 langs: Optional[list[str]] = None):
         super().__init__(cfg, dictionary, dictionary)
         self.pairs = pairs
+        self.langs = langs or sorted(languages(pairs))  # the languages that have a token
+        self.direction: Optional[tuple[str, str]] = None  # set by setup_decoding
         self._train_split: Optional[str] = None
         self._seed = 1
 
@@ -142,7 +155,45 @@ class MultilingualTranslationTask(TranslationTask):
             dictionary.add_symbol(token)
         logger.info("directions %s; joint dictionary: %d types with the language tokens %s", cfg.lang_pairs,
                     len(dictionary), " ".join(tokens))
-        return cls(cfg, dictionary, pairs)
+        return cls(cfg, dictionary, pairs, langs)
+
+    @classmethod
+    def setup_decoding(cls, cfg: MultilingualConfig) -> "MultilingualTranslationTask":
+        """The task set up to translate ``cfg.source_lang`` → ``cfg.target_lang``: any two languages that have
+        a token, the directions trained or not (zero-shot); an unknown one is one line naming the known."""
+        task = cls.setup_task(cfg)
+        known = ", ".join(task.langs)
+        if not cfg.source_lang or not cfg.target_lang:
+            raise UsageError(f"--source-lang and --target-lang: a multilingual model translates between {known} "
+                             f"(trained on {cfg.lang_pairs}); name the direction")
+        for flag, lang in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang)):
+            if lang not in task.langs:
+                raise UsageError(f"{flag} {lang}: not a language of this model; it knows {known}")
+        task.direction = (cfg.source_lang, cfg.target_lang)
+        return task
+
+    def language_tokens(self, src: str, tgt: str) -> tuple[Optional[int], Optional[int]]:
+        """The ids of the language tokens put first in the source and in the target of ``src``→``tgt``
+        (None where the options put none): for training items and decoding alike."""
+        style = self.cfg.lang_tok_style
+        source = None
+        if self.cfg.encoder_langtok:
+            source = self.src_dict.index(language_token(src if self.cfg.encoder_langtok == "src" else tgt, style))
+        target = self.tgt_dict.index(language_token(tgt, style)) if self.cfg.decoder_langtok else None
+        return source, target
+
+    def tag_source(self, ids: np.ndarray) -> np.ndarray:
+        """A source to decode (ids ending with EOS) tagged for the decoding direction as training tags it."""
+        token = self.language_tokens(*self.direction)[0]
+        return ids if token is None else prepend(token, ids)
+
+    def decoder_token(self) -> Optional[int]:
+        """The target-language token the decoder reads first for the decoding direction (a forced prefix)."""
+        return self.language_tokens(*self.direction)[1] if self.direction else None
+
+    def language_token_ids(self) -> set[int]:
+        """Every language token's id (to keep them out of printed text)."""
+        return {self.src_dict.index(language_token(lang, self.cfg.lang_tok_style)) for lang in self.langs}
 
     def sample_corpora(self, split: str, cfg: corpus_mix.CorpusSamplingConfig, seed: int) -> None:
         """The training split's epochs are drawn over the directions (--sampling-method); the corpus
@@ -163,6 +214,11 @@ class MultilingualTranslationTask(TranslationTask):
         return split == self._train_split and self.cfg.sampling_method == "temperature" and len(self.pairs) > 1
 
     def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
+        if self.direction is not None:  # decoding: the direction's split, references without a tag
+            dataset = self._pair_dataset(split, *self.direction, tag_target=False)
+            dataset.split, dataset.epoch = split, epoch
+            self.datasets[split] = dataset
+            return dataset
         base, _, direction = split.partition(".")
         pairs = [tuple(direction.split("-"))] if direction else self.pairs
         if direction and pairs[0] not in self.pairs:
@@ -184,8 +240,9 @@ class MultilingualTranslationTask(TranslationTask):
             logger.info("%s: epoch %d reads %d pairs: %s", split, epoch, len(dataset), dataset.composition())
         return dataset
 
-    def _pair_dataset(self, split: str, src: str, tgt: str) -> LanguagePairDataset:
-        """One direction's split, its language tokens in front as the options say."""
+    def _pair_dataset(self, split: str, src: str, tgt: str, tag_target: bool = True) -> LanguagePairDataset:
+        """One direction's split, its language tokens in front as the options say (the target's only with
+        ``tag_target``)."""
         sides = []
         for lang in (src, tgt):
             prefix = os.path.join(self.cfg.data, f"{split}.{src}-{tgt}.{lang}")
@@ -196,9 +253,9 @@ class MultilingualTranslationTask(TranslationTask):
         if len(sides[0]) != len(sides[1]) or not len(sides[0]):
             raise DataError(f"{sides[0].prefix}: {len(sides[0])} source and {len(sides[1])} target sentences")
         source, target = sides
-        if self.cfg.encoder_langtok:
-            lang = src if self.cfg.encoder_langtok == "src" else tgt
-            source = _Prepended(source, self.src_dict.index(language_token(lang, self.cfg.lang_tok_style)))
-        if self.cfg.decoder_langtok:
-            target = _Prepended(target, self.tgt_dict.index(language_token(tgt, self.cfg.lang_tok_style)))
+        source_token, target_token = self.language_tokens(src, tgt)
+        if source_token is not None:
+            source = _Prepended(source, source_token)
+        if target_token is not None and tag_target:
+            target = _Prepended(target, target_token)
         return LanguagePairDataset(source, source.sizes, self.src_dict, target, target.sizes, self.tgt_dict)
