@@ -2,6 +2,8 @@
 with --source-lang/--target-lang put the language tokens where training put them (compared id for id with
 the task's own training items), the target's token is the decoder's forced first input and leaves no trace
 in the output, zero-shot directions decode, an unknown language is one line."""
+import json
+
 import pytest
 import torch
 
@@ -153,3 +155,23 @@ def test_an_unknown_language_is_one_line(model, tmp_path, capsys, flags, message
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("nmt-generate: error: " + message)
     assert "Traceback" not in "\n".join(err)
+
+
+def test_eval_bleu_scores_every_direction_as_nmt_generate_does(model, tmp_path, capfd):
+    data, _ = model
+    ck = tmp_path / "ck"
+    assert train([str(data), *TINY, "--task", "translation_multi_simple_epoch", "--encoder-langtok", "src",
+                  "--decoder-langtok", "--lr", "5e-3", "--max-update", "300", "--cpu", "--eval-bleu",
+                  "--eval-bleu-args", '{"beam": 2}', "--save-dir", str(ck)]) == 0
+    records = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line.startswith("{")]
+    last = {r["tag"]: r for r in records if r.get("num_updates") == 300 and r.get("tag", "").startswith("valid")}
+    assert set(last) == {"valid", "valid.en-de", "valid.en-fr"}
+    for pair in ("en-de", "en-fr"):
+        src, tgt = pair.split("-")
+        assert generate([str(data), "--path", str(ck / "checkpoint_last.pt"), "--source-lang", src, "--target-lang",
+                         tgt, "--gen-subset", "valid", "--cpu", "--beam", "2", "--quiet"]) == 0
+        line = capfd.readouterr().out.strip().splitlines()[-1]
+        assert line.startswith("Generate valid with beam=2: BLEU|")
+        bleu = last[f"valid.{pair}"][f"valid.{pair}_bleu"]
+        assert bleu > 0  # a number with something to compare (the validation split is training text)
+        assert bleu == pytest.approx(float(line.split()[6]), abs=0.006)

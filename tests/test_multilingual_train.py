@@ -133,7 +133,6 @@ def test_training_logs_each_direction_and_resumes_exactly(mbin, tmp_path, capfd)
     (["--lang-pairs", "en-cs"], "dict.cs.txt: no such dictionary file"),
     (["--lang-pairs", "fr-de"], "train.fr-de.fr.idx: no such split"),
     (["--lang-pairs", "en-en"], "--lang-pairs en-en: 'en-en' translates a language into itself"),
-    (["--eval-bleu"], "--eval-bleu: not with --task translation_multi_simple_epoch"),
 ])
 def test_bad_multilingual_training_options_are_one_line(mbin, tmp_path, capsys, flags, message):  # noqa: F811
     code = train([str(mbin), *TINY, "--task", "translation_multi_simple_epoch", *flags, "--max-update", "1", "--cpu",

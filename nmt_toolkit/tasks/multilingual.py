@@ -119,7 +119,7 @@ class _Prepended:
 class MultilingualTranslationTask(TranslationTask):
     """Several directions of one data-bin, with language tokens; see the module docstring."""
 
-    scores_valid_bleu = False  # decoding with language tokens is not built yet: --eval-bleu is refused
+    bleu_on_every_split = True  # --eval-bleu scores every direction's validation split too
 
     def __init__(self, cfg: MultilingualConfig, dictionary: Dictionary, pairs: list[tuple[str, str]],
                  langs: Optional[list[str]] = None):

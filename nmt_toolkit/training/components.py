@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from nmt_toolkit.criterions import build_criterion
-from nmt_toolkit.errors import NmtError, UsageError
+from nmt_toolkit.errors import NmtError
 from nmt_toolkit.models import build_model
 from nmt_toolkit.optim import build_lr_scheduler, build_optimizer, default_lr
 from nmt_toolkit.optim.lr_schedulers import NoamConfig
@@ -128,9 +128,6 @@ def load_data(configs: dict[str, Any], parts: Components, seed: int, info, devic
     for split in valid_splits:
         task.load_dataset(split)
     bleu_cfg = configs.get("eval_bleu")
-    if bleu_cfg and bleu_cfg.eval_bleu and not getattr(task, "scores_valid_bleu", True):
-        raise UsageError(f"--eval-bleu: not with --task {configs['components'].task} (its hypotheses would "
-                         f"carry language tokens); validate by loss")
     bleu = BleuValidator(bleu_cfg, task, parts.model, device, seed) if valid_splits and bleu_cfg and \
         bleu_cfg.eval_bleu else None
     epoch_itr = task.get_batch_iterator(split=opt.train_subset, seed=seed, num_shards=info.world_size,

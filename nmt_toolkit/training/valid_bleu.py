@@ -77,6 +77,9 @@ class BleuValidator:
         self.gen = cfg.generation_config()
         self.print_samples = cfg.eval_bleu_print_samples
         self.tgt_dict = task.target_dictionary
+        # a multilingual task's targets start with their language's token: the search is given it as a forced
+        # first token, as nmt-generate gives it, and neither hypotheses nor references keep it
+        self.tagged_targets = bool(getattr(task.cfg, "decoder_langtok", False))
         codec = task.subword()
         self.detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
         self.generator = SequenceGenerator([model], self.tgt_dict, self.gen, seed=seed)
@@ -95,13 +98,14 @@ class BleuValidator:
         src = sample["net_input"]["src_tokens"].to(self.device)
         lengths = sample["net_input"]["src_lengths"].to(self.device)
         prefix = None
-        if self.gen.prefix_size > 0:
-            prefix = sample["target"][:, : self.gen.prefix_size].to(self.device)
+        tag = int(self.tagged_targets)
+        if self.gen.prefix_size + tag > 0:
+            prefix = sample["target"][:, : self.gen.prefix_size + tag].to(self.device)
             prefix = prefix.masked_fill(prefix == self.generator.eos, self.generator.pad)
         self.generator.model.eval()
         for i, hyps in enumerate(self.generator.generate(src, lengths, prefix_tokens=prefix)):
-            self.hyps.append(self.detok(self.tgt_dict.string(hyps[0]["tokens"])))
-            self.refs.append(self.detok(self.tgt_dict.string(sample["target"][i], escape_unk=True)))
+            self.hyps.append(self.detok(self.tgt_dict.string(hyps[0]["tokens"][tag:])))
+            self.refs.append(self.detok(self.tgt_dict.string(sample["target"][i][tag:], escape_unk=True)))
 
     def stats(self) -> torch.Tensor:
         """This rank's ``[4 matches, 4 totals, sys_len, ref_len]`` (float64 for the all-reduce); called once per

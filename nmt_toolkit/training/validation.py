@@ -32,7 +32,8 @@ class Validator:
         not ``count_for_best``: a validation at the start reports the model, it does not compete)."""
         first = None
         for index, split in enumerate(self.splits):
-            with_bleu = self.bleu is not None and index == 0
+            # the first split, and each of a multilingual task's directions (valid.en-de, ...)
+            with_bleu = self.bleu is not None and (index == 0 or getattr(self.task, "bleu_on_every_split", False))
             metrics = self._metrics(split, with_bleu)
             stats = {"epoch": epoch, "loss": round(metrics["loss"], 4), "nll_loss": round(metrics["nll_loss"], 4),
                      "ppl": round(metrics["ppl"], 2), "num_updates": self.trainer.num_updates}
