@@ -91,7 +91,9 @@ class Translator:
              seed: int = 1, **options: Any) -> "Translator":
         """Load ``path`` (a checkpoint, several joined by ``:``, a model folder, or an nmt-export CTranslate2
         folder with ``engine="ctranslate2"``) with the data-bin ``data`` it was trained on (none for a model
-        folder: it holds its dictionaries and subword models). ``options`` are
+        folder: it holds its dictionaries and subword models). A checkpoint trained with ``--task
+        translation_multi_simple_epoch`` translates ``source_lang`` → ``target_lang``, both required, with the
+        language tokens its training placed (docs/multilingual.md). ``options`` are
         :class:`GenerationConfig` fields (``beam``, ``nbest``, ``lenpen`` …) with their flags' ranges."""
         from nmt_toolkit.config import from_dict
         from nmt_toolkit.registry import TASKS, import_builtin_components
