@@ -53,7 +53,7 @@ def start_server(args, engine: str, batching: bool):
                *ENGINE_FLAGS[engine], *args.search.split(), *args.extra]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        found = re.search(r"serving \S+ on http://([\d.]+):(\d+)", line)
+        found = re.search(r"serving .+ on http://([\d.]+):(\d+) \(engine", line)
         if found:  # from now on stderr is read (and dropped) by a thread, so the server never blocks on it
             threading.Thread(target=proc.stderr.read, daemon=True).start()
             return proc, found.group(1), int(found.group(2))

@@ -4,6 +4,7 @@
     nmt-serve data-bin/m30k --path ck/averaged.pt --cpu --threads 2           # http://127.0.0.1:8000/
     nmt-serve data-bin/m30k --path exported-ct2/ --engine ctranslate2 --port 5000
     nmt-serve --path m30k-model                                   # a model folder needs no data-bin
+    nmt-serve --path en-de-model --also en-fr-model               # several pairs, one model folder each
     curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
          -d '{"q": "A dog runs on the beach.", "source": "en", "target": "de"}'
 
@@ -29,7 +30,6 @@ logger = logging.getLogger("nmt_toolkit.serve")
 def serve_command(configs: dict) -> int:
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.serving.config import read_api_keys
-    from nmt_toolkit.serving.models import ServedModel
     from nmt_toolkit.serving.server import bind, build_service, serve
 
     gen: GenerationConfig = configs["generation"]
@@ -40,14 +40,34 @@ def serve_command(configs: dict) -> int:
     keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
     sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
     try:
-        translator = load_translator({**configs, "io": configs["device"]}, need_attn=False)
-        task = translator.task
-        model = ServedModel(task.cfg.source_lang, task.cfg.target_lang, translator)
-        service, metrics = build_service([model], _workers(cfg, translator), keys, _thread_setup(cfg, translator))
+        models = _load_models(configs)
+        translator = models[0].translator
+        service, metrics = build_service(models, _workers(cfg, translator), keys, _thread_setup(cfg, translator))
         serve(service, metrics, sock)
     finally:
         sock.close()
     return 0
+
+
+def _load_models(configs: dict) -> list:
+    """The model of --path (with DATA), then each --also model folder, as one ServedModel per language pair."""
+    import dataclasses
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.serving.models import ServedModel
+
+    first = load_translator({**configs, "io": configs["device"]}, need_attn=False)
+    models = [ServedModel(first.task.cfg.source_lang, first.task.cfg.target_lang, first)]
+    for folder in configs["serve"].also:
+        task = dataclasses.replace(configs["task"], data=None, source_lang=None, target_lang=None)
+        gen = dataclasses.replace(configs["generation"], path=folder)
+        translator = load_translator({**configs, "task": task, "generation": gen, "io": configs["device"]},
+                                     need_attn=False)
+        pair = (translator.task.cfg.source_lang, translator.task.cfg.target_lang)
+        if any((m.source, m.target) == pair for m in models):
+            raise UsageError(f"--also {folder}: {pair[0]}-{pair[1]} is served already (one model per pair)")
+        models.append(ServedModel(*pair, translator))
+    return models
 
 
 def _workers(cfg: ServeConfig, translator) -> ServeConfig:

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import httpx
 
-READY = re.compile(r"serving \S+ on (http://\S+)")
+READY = re.compile(r"serving .+ on (http://\S+) \(engine")
 
 
 class ServerProcess:

@@ -232,3 +232,27 @@ def test_a_model_folder_is_served_without_a_data_bin(trained_translation, transl
         assert [client.translate(s, "en", "de") for s in sources] == [r.text for r in translator.translate(sources)]
     finally:
         assert process.terminate() == 0
+
+
+def test_several_pairs_each_from_its_own_model(trained_translation, translator, tmp_path):
+    from nmt_toolkit.cli.export import run as export
+    from tests.reliability.harness import tiny_trained_model
+
+    _, data, checkpoint = tiny_trained_model(tmp_path)  # a second pair, xx-yy
+    folder = tmp_path / "xx-yy"
+    assert export([str(data), "--path", str(checkpoint), "--format", "folder", "--output-dir", str(folder)]) == 0
+    other = Translator.load(str(folder), device="cpu")
+    process = ServerProcess(trained_translation.data, trained_translation.first, "--also", folder)
+    try:
+        languages = {entry["code"]: entry["targets"] for entry in httpx.get(process.url + "/languages").json()}
+        assert languages == {"en": ["de"], "xx": ["yy"], "de": [], "yy": []}
+        for source, target, text, model in (("en", "de", "A dog runs on the street.", translator),
+                                            ("xx", "yy", "w1 w2 w3 w4", other)):
+            answer = post_json(process.url + "/translate", {"q": text, "source": source, "target": target})
+            assert answer.json() == {"translatedText": model.translate([text])[0].text}
+        crossed = post_json(process.url + "/translate", {"q": "A dog.", "source": "en", "target": "yy"})
+        assert crossed.status_code == 400 and crossed.json()["error"] == "yy is not available as a target language from en"
+        unnamed = post_json(process.url + "/v1/translate", {"sentences": ["A dog."]})
+        assert unnamed.status_code == 400 and "several pairs" in unnamed.json()["error"]
+    finally:
+        assert process.terminate() == 0

@@ -34,6 +34,8 @@ class ServeConfig:
     max_nbest: int = option(10, "largest nbest (and LibreTranslate alternatives + 1) a request may ask for",
                             low=1, high=100)
     max_beam: int = option(16, "largest beam a request may ask for", low=1, high=1000)
+    also: list[str] = option([], "serve this model folder too, for its own language pair (repeat for more pairs)",
+                             multiple=True, metavar="FOLDER")
     api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments): requests to /translate "
                                            "and /v1/translate must carry one (api_key field or Authorization: "
                                            "Bearer), else 401", metavar="FILE")
