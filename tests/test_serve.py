@@ -217,7 +217,7 @@ def test_api_keys(trained_translation, tmp_path):
         assert process.terminate() == 0
 
 
-def test_a_model_folder_is_served_without_a_data_bin(trained_translation, translator, tmp_path):
+def test_a_model_folder_is_served_without_a_data_bin(trained_translation, translator, tmp_path, capsys):
     from libretranslatepy import LibreTranslateAPI
 
     from nmt_toolkit.cli.export import run as export
@@ -232,6 +232,12 @@ def test_a_model_folder_is_served_without_a_data_bin(trained_translation, transl
         assert [client.translate(s, "en", "de") for s in sources] == [r.text for r in translator.translate(sources)]
     finally:
         assert process.terminate() == 0
+    from nmt_toolkit.cli.serve import run
+
+    capsys.readouterr()
+    assert run(["--path", str(folder), "--also", str(folder), "--cpu", "--port", "0"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"nmt-serve: error: --also {folder}: en-de is served already (one model per pair)"]
 
 
 def test_several_pairs_each_from_its_own_model(trained_translation, translator, tmp_path):
