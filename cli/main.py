@@ -14,8 +14,9 @@ PROGRAMS = {
     "interactive": ("interactive", "Translate raw text from stdin as it arrives."),
     "average-checkpoints": ("average_checkpoints", "Average the parameters of several checkpoints."),
     "score": ("score", "BLEU/chrF (sacreBLEU), tokenized BLEU, PARSEVAL F1."),
-    "export": ("export", "Write a checkpoint as a CTranslate2 model (int8/int16/float16/bfloat16) or a fairseq one."),
-    "convert": ("convert", "Convert a fairseq checkpoint into one of ours (to fine-tune with nmt-train)."),
+    "export": ("export", "Write a checkpoint as a CTranslate2 model, a fairseq checkpoint, a model folder or a Hugging Face Marian model."),
+    "convert": ("convert", "Convert a fairseq checkpoint or a Hugging Face Marian model into one of ours."),
+    "serve": ("serve", "Serve translations over HTTP (LibreTranslate-compatible API, web page, metrics)."),
 }
 
 

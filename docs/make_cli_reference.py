@@ -20,6 +20,7 @@ PROGRAMS = [  # (program, module, extra argv shown)
     ("nmt-score", "score", []),
     ("nmt-export", "export", []),
     ("nmt-convert", "convert", []),
+    ("nmt-serve", "serve", []),
 ]
 
 HEADER = """# Command-line reference
