@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.data.dictionary import Dictionary
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import DataError, UsageError, check_format_version
 
 FORMAT = "nmt_toolkit-model-folder"
 VERSION = 1
@@ -309,13 +309,7 @@ def _check_manifest(manifest: dict, where: str, folder: str) -> None:
     if manifest.get("format") != FORMAT:
         raise DataError(f"{where}: format {manifest.get('format')!r} is not {FORMAT!r} (not a model folder "
                         f"written by nmt_toolkit)")
-    version = manifest.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise DataError(f"{where}: model folder version {version!r} is not one this program writes (1 to "
-                        f"{VERSION}): a damaged or edited file")
-    if version > VERSION:
-        raise DataError(f"{where}: model folder version {version} is newer than this nmt_toolkit reads "
-                        f"({VERSION}); upgrade nmt_toolkit to load it")
+    check_format_version(manifest.get("version"), VERSION, where, "model folder")
     for key in ("source_lang", "target_lang", "weights", "config"):
         if not isinstance(manifest.get(key), str) or not manifest[key]:
             raise DataError(f"{where}: {key!r} is missing or not a string")

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import DataError, UsageError, check_format_version
 
 VERSION = 1
 KEYS = ("model", "config", "version")
@@ -156,13 +156,7 @@ def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
     if not isinstance(state, dict) or any(k not in state for k in KEYS):
         missing = [k for k in KEYS if not isinstance(state, dict) or k not in state]
         raise DataError(f"{path}: not an nmt_toolkit checkpoint (missing {', '.join(missing)})")
-    version = state["version"]
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise DataError(f"{path}: checkpoint format version {version!r} is not one this program writes "
-                        f"(1 to {VERSION}): a damaged or edited file")
-    if version > VERSION:
-        raise DataError(f"{path}: checkpoint format version {version} is newer than this nmt_toolkit reads "
-                        f"({VERSION}); upgrade nmt_toolkit to load it")
+    check_format_version(state["version"], VERSION, path, "checkpoint format")
     return state
 
 
