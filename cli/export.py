@@ -55,7 +55,6 @@ def export(configs: dict) -> int:
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.ctranslate2 import export as export_ct2
-    from nmt_toolkit.registry import TASKS
     from nmt_toolkit.training.checkpoints import load_checkpoint
 
     cfg: ExportConfig = configs["export"]
@@ -75,7 +74,10 @@ def export(configs: dict) -> int:
         task_cfg.data = recorded["data"]
         task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
         task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
-    task = TASKS.get("translation").obj.setup_task(task_cfg)
+    task = _task(task_cfg, cfg.path)
+    if hasattr(task, "language_tokens") and cfg.format in ("fairseq", "marian"):
+        raise UsageError(f"--format {cfg.format}: {cfg.path} is a multilingual model ({', '.join(task.langs)}); it "
+                         f"exports as --format folder or ctranslate2, which keep its language tokens")
     if cfg.format == "folder":
         return _export_folder(cfg, task)
     if cfg.format == "marian":
@@ -93,9 +95,30 @@ def export(configs: dict) -> int:
     with _writing(cfg.output_dir):
         record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
     logging.getLogger("nmt_toolkit.export").info(
-        "wrote %s (CTranslate2 %s, quantization %s, %d positions)", cfg.output_dir, record["ctranslate2_version"],
-        cfg.quantization, record["max_positions"])
+        "wrote %s (CTranslate2 %s, quantization %s, %d positions%s)", cfg.output_dir, record["ctranslate2_version"],
+        cfg.quantization, record["max_positions"],
+        f"; languages {', '.join(record['languages'])}" if record.get("task") else "")
     return 0
+
+
+def _task(task_cfg, path: str):
+    """The task that reads the model at ``path``: a multilingual checkpoint or model folder gets
+    translation_multi_simple_epoch with the options it records (no direction: every language is exported),
+    any other the translation task."""
+    import dataclasses
+
+    from nmt_toolkit.loading import load_any_checkpoint
+    from nmt_toolkit.model_folder import MULTILINGUAL_TASK
+    from nmt_toolkit.registry import TASKS
+    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
+
+    config = load_any_checkpoint(path).get("config") or {}
+    if (config.get("components") or {}).get("task") != MULTILINGUAL_TASK or not isinstance(config.get("task"), dict):
+        return TASKS.get("translation").obj.setup_task(task_cfg)
+    own = {f.name for f in dataclasses.fields(task_cfg)}
+    options = {f.name: config["task"][f.name] for f in dataclasses.fields(MultilingualConfig)
+               if f.name not in own and config["task"].get(f.name) is not None}
+    return MultilingualTranslationTask.setup_task(MultilingualConfig(**dataclasses.asdict(task_cfg), **options))
 
 
 def _export_folder(cfg: ExportConfig, task) -> int:
@@ -107,8 +130,10 @@ def _export_folder(cfg: ExportConfig, task) -> int:
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a model folder holds float32 weights")
     record = export_folder(cfg.path, task, cfg.output_dir, cfg.overwrite)
-    logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s→%s, subword %s)", cfg.output_dir,
-                                                  record["source_lang"], record["target_lang"], record["subword"])
+    languages = (f"{record['source_lang']}→{record['target_lang']}" if record["source_lang"] else
+                 f"languages {', '.join(record['languages'])}")
+    logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s, subword %s)", cfg.output_dir,
+                                                  languages, record["subword"])
     return 0
 
 

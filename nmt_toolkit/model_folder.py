@@ -7,12 +7,19 @@ described by ``manifest.json``; the unit people download, share, serve and fine-
       manifest.json       format, version, languages, file names, dictionary sizes and sha256, subword scheme
       config.json         {"components": {"task", "arch", "model"}, "model": {…}}: as our checkpoints store it
       model.safetensors   the weights under our state-dict names (safetensors: no pickle, no code on load)
-      dict.<src>.txt dict.<tgt>.txt
+      dict.<src>.txt dict.<tgt>.txt   (a multilingual folder: one dict.txt, the joint dictionary)
       spm.model | source.spm target.spm | bpe.codes | source.bpe target.bpe   (none for scheme "none")
 
 A dictionary's ``size`` and ``sha256`` are those of :meth:`Dictionary.checksum` (the symbols in index order,
 what decides the ids), the identity checkpoints and data-bins record: a folder can be compared with either.
 Every file the manifest names is a plain name inside the folder; nothing outside it is ever read.
+
+A multilingual folder (a ``--task translation_multi_simple_epoch`` model) has no ``source_lang``/``target_lang``:
+its manifest lists ``languages`` (every language with a token in the dictionary) and, under ``multilingual``,
+the trained directions (``lang_pairs``), the tag style and where the tags go (``encoder_langtok``,
+``decoder_langtok``); ``config.json`` holds the same as the task's options, and its one ``dict.txt`` (source
+and target alike) holds the language tokens. It is written as version 2, so an nmt_toolkit that would decode
+it without its tags refuses it by version.
 """
 from __future__ import annotations
 
@@ -28,7 +35,12 @@ from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
 
 FORMAT = "nmt_toolkit-model-folder"
-VERSION = 1
+VERSION = 2
+#: the version a bilingual folder is written as (readable by every nmt_toolkit that reads model folders)
+BILINGUAL_VERSION = 1
+MULTILINGUAL_TASK = "translation_multi_simple_epoch"
+LANG_TOK_STYLES = ("multilingual", "opus_mt")
+JOINT_DICTIONARY = "dict.txt"
 MANIFEST = "manifest.json"
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -75,12 +87,36 @@ class ModelFolder:
     subword_paths: dict  # role → absolute path of the subword model file (empty for scheme "none")
 
     @property
+    def multilingual(self) -> Optional[dict]:
+        """The manifest's multilingual record (directions, tag style, tag places), or None (a bilingual folder)."""
+        return self.manifest.get("multilingual")
+
+    @property
+    def languages(self) -> list[str]:
+        """Every language the model translates from or into."""
+        if self.multilingual is not None:
+            return list(self.manifest["languages"])
+        return [self.source_lang, self.target_lang]
+
+    @property
     def source_lang(self) -> str:
-        return self.manifest["source_lang"]
+        return self._pair()[0]
 
     @property
     def target_lang(self) -> str:
-        return self.manifest["target_lang"]
+        return self._pair()[1]
+
+    def _pair(self) -> tuple[str, str]:
+        """The language pair of a bilingual folder; a multilingual folder has none, so what reads one (data
+        binarized for it, fine-tuning) refuses it in one line."""
+        if self.multilingual is not None:
+            raise UsageError(f"{self.path}: a multilingual model folder ({', '.join(self.languages)}); it decodes "
+                             f"with --source-lang and --target-lang, and is not read as one language pair here")
+        return self.manifest["source_lang"], self.manifest["target_lang"]
+
+    def task_options(self) -> Optional[dict]:
+        """The options of the task that decodes a multilingual folder (as config.json records them), or None."""
+        return None if self.multilingual is None else dict(self.config["task"])
 
     @property
     def target_lang_tag(self) -> Optional[str]:
@@ -112,28 +148,36 @@ class ModelFolder:
         checkpoint loading path builds and checks the model as it does for a ``.pt`` file."""
         from nmt_toolkit.training.checkpoints import VERSION as CHECKPOINT_VERSION, dictionaries_record
 
-        config = {"components": dict(self.config["components"]), "model": dict(self.config["model"]),
-                  "task": {"source_lang": self.source_lang, "target_lang": self.target_lang}}
+        pair = (None, None) if self.multilingual is not None else self._pair()  # a multilingual model: any two
+        task = self.task_options() or {"source_lang": pair[0], "target_lang": pair[1]}
+        config = {"components": dict(self.config["components"]), "model": dict(self.config["model"]), "task": task}
         return {"model": self.state_dict(), "config": config, "version": CHECKPOINT_VERSION,
-                "dictionaries": dictionaries_record(self.src_dict, self.tgt_dict, self.source_lang, self.target_lang)}
+                "dictionaries": dictionaries_record(self.src_dict, self.tgt_dict, *pair)}
 
 
 # --------------------------------------------------------------------------- writing
 
 
 def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dict, src_dict: Dictionary,
-                       tgt_dict: Dictionary, source_lang: str, target_lang: str, subword_scheme: str,
-                       subword_files: dict, target_lang_tag: Optional[str] = None, made_by: str,
-                       overwrite: bool = False) -> None:
+                       tgt_dict: Dictionary, source_lang: Optional[str], target_lang: Optional[str],
+                       subword_scheme: str, subword_files: dict, target_lang_tag: Optional[str] = None, made_by: str,
+                       overwrite: bool = False, multilingual: Optional[dict] = None) -> None:
     """Write a model folder at ``out_dir``, atomically: everything goes to a temporary folder beside it, which
     is renamed onto ``out_dir`` when complete, so a failure leaves no half folder (and an old one intact).
 
     ``subword_files`` maps the roles "source"/"target" to existing files to copy (one path for both: a joint
-    model). An existing non-empty ``out_dir`` is refused unless ``overwrite``.
+    model). An existing non-empty ``out_dir`` is refused unless ``overwrite``. ``multilingual`` (a multilingual
+    model; no language pair then) holds ``languages``, ``lang_pairs`` (a list), ``lang_tok_style``,
+    ``encoder_langtok`` and ``decoder_langtok``.
     """
     _check_target(out_dir, overwrite)
     names = _subword_names(subword_scheme, subword_files)
-    components = {"task": "translation", "arch": arch, "model": _model_name(arch)}
+    languages = _languages_entry(source_lang, target_lang, multilingual, src_dict, tgt_dict)
+    components = {"task": MULTILINGUAL_TASK if multilingual else "translation", "arch": arch,
+                  "model": _model_name(arch)}
+    config = {"components": components, "model": dict(model_config)}
+    if multilingual:
+        config["task"] = multilingual_task_options(languages["multilingual"])
     parent = os.path.dirname(os.path.abspath(out_dir))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -141,14 +185,14 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
     except OSError as exc:
         raise DataError(f"{out_dir}: cannot write the model folder ({exc.strerror})") from None
     try:
-        dict_entries = _write_dictionaries(tmp, src_dict, tgt_dict, source_lang, target_lang)
+        dict_entries = _write_dictionaries(tmp, src_dict, tgt_dict, source_lang, target_lang, bool(multilingual))
         for role, name in names.items():
             if not os.path.exists(os.path.join(tmp, name)):
                 shutil.copyfile(subword_files[role], os.path.join(tmp, name))
-        _write_json(os.path.join(tmp, CONFIG), {"components": components, "model": dict(model_config)})
+        _write_json(os.path.join(tmp, CONFIG), config)
         _write_safetensors(os.path.join(tmp, WEIGHTS), state_dict)
         manifest = {
-            "format": FORMAT, "version": VERSION, "source_lang": source_lang, "target_lang": target_lang,
+            "format": FORMAT, "version": VERSION if multilingual else BILINGUAL_VERSION, **languages,
             "weights": WEIGHTS, "config": CONFIG, "dictionaries": dict_entries,
             "subword": {"scheme": subword_scheme, **names}, "target_lang_tag": target_lang_tag,
             "made_by": made_by, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -160,6 +204,52 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
         if isinstance(exc, OSError):
             raise DataError(f"{out_dir}: writing the model folder failed ({exc.strerror or exc})") from None
         raise
+
+
+def multilingual_task_options(record: dict) -> dict:
+    """The options of ``--task translation_multi_simple_epoch`` that a multilingual record stands for (what
+    config.json holds, and what decoding sets the task up with)."""
+    return {"lang_pairs": ",".join(record["lang_pairs"]), "lang_tok_style": record["lang_tok_style"],
+            "encoder_langtok": record["encoder_langtok"], "decoder_langtok": record["decoder_langtok"]}
+
+
+def _languages_entry(source_lang, target_lang, multilingual: Optional[dict], src_dict: Dictionary,
+                     tgt_dict: Dictionary) -> dict:
+    """The manifest's languages: the pair of a bilingual model, or the languages and the multilingual record."""
+    if not multilingual:
+        if not source_lang or not target_lang:
+            raise UsageError("a bilingual model folder needs its source and target language")
+        return {"source_lang": source_lang, "target_lang": target_lang}
+    if src_dict != tgt_dict:
+        raise UsageError("a multilingual model has one joint dictionary; the source and target ones differ")
+    manifest = {"languages": list(multilingual["languages"]),
+                "multilingual": {key: multilingual[key] for key in MULTILINGUAL_KEYS}}
+    manifest["multilingual"]["lang_pairs"] = list(manifest["multilingual"]["lang_pairs"])
+    _check_multilingual(manifest, "the multilingual record")
+    return manifest
+
+
+MULTILINGUAL_KEYS = ("lang_pairs", "lang_tok_style", "encoder_langtok", "decoder_langtok")
+
+
+def _check_multilingual(manifest: dict, where: str) -> None:
+    """The languages and the multilingual record: distinct codes, directions between them, known tag options."""
+    langs, record = manifest.get("languages"), manifest["multilingual"]
+    if not isinstance(langs, list) or not langs or len(set(map(str, langs))) != len(langs) or not all(
+            isinstance(lang, str) and lang and lang.strip() == lang and not set(lang) & set(" -,") for lang in langs):
+        raise DataError(f"{where}: 'languages' must list distinct language codes")
+    if not isinstance(record, dict) or set(record) != set(MULTILINGUAL_KEYS):
+        raise DataError(f"{where}: 'multilingual' must hold exactly {', '.join(MULTILINGUAL_KEYS)}")
+    pairs = record["lang_pairs"]
+    if not isinstance(pairs, list) or not pairs or not all(
+            isinstance(p, str) and p.count("-") == 1 and all(x in langs for x in p.split("-")) for p in pairs):
+        raise DataError(f"{where}: 'multilingual.lang_pairs' must list directions SRC-TGT between its languages "
+                        f"({', '.join(map(str, langs))})")
+    if record["lang_tok_style"] not in LANG_TOK_STYLES:
+        raise DataError(f"{where}: 'multilingual.lang_tok_style' must be one of {', '.join(LANG_TOK_STYLES)}")
+    if record["encoder_langtok"] not in (None, "src", "tgt") or not isinstance(record["decoder_langtok"], bool):
+        raise DataError(f"{where}: 'multilingual.encoder_langtok' must be null, src or tgt and 'decoder_langtok' "
+                        f"true or false")
 
 
 def _check_target(out_dir: str, overwrite: bool) -> None:
@@ -204,8 +294,12 @@ def _subword_names(scheme: str, files: dict) -> dict:
     return {"source": source, "target": target}
 
 
-def _write_dictionaries(folder: str, src_dict: Dictionary, tgt_dict: Dictionary, source_lang: str,
-                        target_lang: str) -> dict:
+def _write_dictionaries(folder: str, src_dict: Dictionary, tgt_dict: Dictionary, source_lang: Optional[str],
+                        target_lang: Optional[str], joint: bool = False) -> dict:
+    if joint:  # a multilingual model: one dictionary, every language's token in it
+        src_dict.save(os.path.join(folder, JOINT_DICTIONARY))
+        entry = {"file": JOINT_DICTIONARY, "size": len(src_dict), "sha256": src_dict.checksum()}
+        return {"source": entry, "target": dict(entry)}
     entries = {}
     for role, dictionary, lang in (("source", src_dict, source_lang), ("target", tgt_dict, target_lang)):
         name = f"dict.{lang}.txt"
@@ -282,7 +376,7 @@ def read_model_folder(path: str) -> ModelFolder:
     manifest = _read_json(manifest_path, "manifest")
     _check_manifest(manifest, manifest_path, path)
     config = _read_json(os.path.join(path, manifest["config"]), "model config")
-    _check_config(config, os.path.join(path, manifest["config"]))
+    _check_config(config, os.path.join(path, manifest["config"]), manifest)
     dicts = [_read_dictionary(path, manifest, role) for role in ROLES]
     scheme = manifest["subword"]["scheme"]
     subword_paths = {role: os.path.join(path, manifest["subword"][role]) for role in ROLES if scheme != "none"}
@@ -310,12 +404,20 @@ def _check_manifest(manifest: dict, where: str, folder: str) -> None:
         raise DataError(f"{where}: format {manifest.get('format')!r} is not {FORMAT!r} (not a model folder "
                         f"written by nmt_toolkit)")
     check_format_version(manifest.get("version"), VERSION, where, "model folder")
-    for key in ("source_lang", "target_lang", "weights", "config"):
+    multilingual = "multilingual" in manifest
+    if multilingual and manifest["version"] < VERSION:
+        raise DataError(f"{where}: a multilingual record in a version-{manifest['version']} manifest (multilingual "
+                        f"folders are version {VERSION}): an edited file")
+    for key in ("weights", "config") if multilingual else ("source_lang", "target_lang", "weights", "config"):
         if not isinstance(manifest.get(key), str) or not manifest[key]:
             raise DataError(f"{where}: {key!r} is missing or not a string")
     dictionaries, subword = manifest.get("dictionaries"), manifest.get("subword")
     if not isinstance(dictionaries, dict) or not all(isinstance(dictionaries.get(r), dict) for r in ROLES):
         raise DataError(f"{where}: 'dictionaries' needs a 'source' and a 'target' entry")
+    if multilingual:
+        _check_multilingual(manifest, where)
+        if dictionaries["source"] != dictionaries["target"]:
+            raise DataError(f"{where}: a multilingual model has one joint dictionary; 'dictionaries' names two")
     if not isinstance(subword, dict) or subword.get("scheme") not in SCHEMES:
         raise DataError(f"{where}: 'subword.scheme' must be one of {', '.join(SCHEMES)}")
     files = [("weights", manifest["weights"]), ("config", manifest["config"])]
@@ -334,12 +436,20 @@ def _check_member(where: str, folder: str, key: str, name) -> None:
         raise DataError(f"{os.path.join(folder, name)}: missing (named by {where} as {key})")
 
 
-def _check_config(config: dict, where: str) -> None:
+def _check_config(config: dict, where: str, manifest: dict) -> None:
     components = config.get("components")
     if not isinstance(components, dict) or not isinstance(components.get("model"), str):
         raise DataError(f"{where}: 'components.model' is missing")
     if not isinstance(config.get("model"), dict):
         raise DataError(f"{where}: 'model' (the model's options) is missing or not an object")
+    if "multilingual" in manifest and (components.get("task") != MULTILINGUAL_TASK or config.get("task") !=
+                                       multilingual_task_options(manifest["multilingual"])):
+        raise DataError(f"{where}: the task and its options differ from the manifest's multilingual record "
+                        f"({MULTILINGUAL_TASK} with {multilingual_task_options(manifest['multilingual'])}): an "
+                        f"edited file")
+    if "multilingual" not in manifest and components.get("task", "translation") != "translation":
+        raise DataError(f"{where}: task {components.get('task')!r} without the manifest's multilingual record: an "
+                        f"edited file")
 
 
 def _read_dictionary(folder: str, manifest: dict, role: str) -> Dictionary:

@@ -121,7 +121,7 @@ def test_edited_dictionary_refused_by_sha256(folder, tmp_path):
         read_model_folder(str(out))
 
 
-@pytest.mark.parametrize("version, message", [(2, "newer than this nmt_toolkit reads"), (0, "not one this program"),
+@pytest.mark.parametrize("version, message", [(3, "newer than this nmt_toolkit reads"), (0, "not one this program"),
                                               ("1", "not one this program")])
 def test_unknown_format_version_refused(folder, tmp_path, version, message):
     out = _copy(folder, tmp_path)

@@ -166,6 +166,10 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     model = models[0]
     check_exportable(model, checkpoint)
     spec = build_spec(model, task.src_dict, task.tgt_dict)
+    multilingual = _multilingual_config(task)
+    if multilingual:
+        spec.config.add_attribute("languages", multilingual["languages"])
+        spec.config.add_attribute("multilingual", multilingual["multilingual"])
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
 
@@ -180,9 +184,12 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
                   "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
                   "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
                   "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
+        if multilingual:
+            record.update(source_lang=None, target_lang=None, languages=multilingual["languages"],
+                          task=multilingual["task"])
         for side, dictionary in (("source", task.src_dict), ("target", task.tgt_dict)):
             lang = getattr(task.cfg, f"{side}_lang")
-            name = f"dict.{lang}.txt"
+            name = "dict.txt" if multilingual else f"dict.{lang}.txt"  # a multilingual model: one joint dictionary
             dictionary.save(os.path.join(staging, name))
             record["dictionaries"][side] = name
         subword = task.subword_record()
@@ -205,6 +212,21 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
     return record
 
 
+def _multilingual_config(task) -> Optional[dict]:
+    """A multilingual task's languages, the task options that decode it (``task``) and, for CTranslate2's
+    config.json, the directions and where each language's token goes (``multilingual``); None for others."""
+    from nmt_toolkit.export.folder_export import multilingual_record
+    from nmt_toolkit.model_folder import multilingual_task_options
+    from nmt_toolkit.tasks.multilingual import language_token
+
+    record = multilingual_record(task)
+    if record is None:
+        return None
+    tokens = {lang: language_token(lang, record["lang_tok_style"]) for lang in record["languages"]}
+    return {"languages": record["languages"], "task": multilingual_task_options(record),
+            "multilingual": {**{k: v for k, v in record.items() if k != "languages"}, "language_tokens": tokens}}
+
+
 def read_export(folder: str) -> Optional[dict]:
     """The ``nmt_export.json`` record of an exported folder, or None when ``folder`` is not one."""
     path = os.path.join(folder, EXPORT_JSON)
@@ -215,3 +237,10 @@ def read_export(folder: str) -> Optional[dict]:
             return json.load(handle)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: not a readable export record ({exc})") from None
+
+
+def recorded_task_options(folder: str) -> Optional[dict]:
+    """The multilingual task options an exported folder records (``nmt_export.json``'s ``task``), else None."""
+    record = read_export(folder)
+    task = (record or {}).get("task")
+    return dict(task) if isinstance(task, dict) else None

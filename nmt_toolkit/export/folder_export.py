@@ -2,7 +2,8 @@
 
 The model is loaded through the checkpoint loading path first, so a checkpoint trained on other dictionaries,
 a damaged one or one with non-finite weights is refused before anything is written; the folder then holds
-exactly the weights that decode (``nmt_toolkit/model_folder.py`` describes its files).
+exactly the weights that decode (``nmt_toolkit/model_folder.py`` describes its files). A multilingual model
+(``--task translation_multi_simple_epoch``) keeps its languages, directions and tag options.
 """
 from __future__ import annotations
 
@@ -26,16 +27,30 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False, made
     arch = (config.get("components") or {}).get("arch") or config["components"]["model"]
     if target_lang_tag is None:
         target_lang_tag = task.default_target_lang_tag()
+    multilingual = multilingual_record(task)
+    if multilingual:
+        langs = (None, None)  # any two of its languages
     try:
         write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
                            state_dict=models[0].state_dict(), src_dict=src, tgt_dict=tgt, source_lang=langs[0],
                            target_lang=langs[1], subword_scheme=scheme_of_codec(kind), subword_files=files,
                            target_lang_tag=target_lang_tag, made_by=made_by or f"nmt-export --path {checkpoint}",
-                           overwrite=overwrite)
+                           overwrite=overwrite, multilingual=multilingual)
     except DataError as exc:
         if "already exists" in str(exc):
             raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace "
                             f"it)") from None
         raise
     return {"path": output_dir, "arch": arch, "source_lang": langs[0], "target_lang": langs[1],
-            "subword": scheme_of_codec(kind)}
+            "languages": multilingual["languages"] if multilingual else list(langs), "subword": scheme_of_codec(kind)}
+
+
+def multilingual_record(task) -> Optional[dict]:
+    """What a multilingual task (``translation_multi_simple_epoch``) decodes with: its languages (every one
+    with a token), the trained directions and the tag options; None for any other task."""
+    if not hasattr(task, "language_tokens"):
+        return None
+    cfg = task.cfg
+    return {"languages": list(task.langs), "lang_pairs": [f"{src}-{tgt}" for src, tgt in task.pairs],
+            "lang_tok_style": cfg.lang_tok_style, "encoder_langtok": cfg.encoder_langtok,
+            "decoder_langtok": bool(cfg.decoder_langtok)}

@@ -332,11 +332,17 @@ def decoding_task(cfg, path: str):
 
 
 def _recorded_task(path: str) -> Optional[dict]:
-    """The task options a multilingual checkpoint records, or None for any other file. The file is mapped,
-    not read (``mmap``): the weights are loaded later, and a file that cannot be read is reported then."""
-    from nmt_toolkit.model_folder import is_model_folder
+    """The task options a multilingual checkpoint (model folder, CTranslate2 export) records, or None for any
+    other. A file is mapped, not read (``mmap``): the weights are loaded later, and a file that cannot be
+    read is reported then."""
+    from nmt_toolkit.export.ctranslate2 import recorded_task_options
+    from nmt_toolkit.model_folder import is_model_folder, read_model_folder
 
-    if is_model_folder(path) or not os.path.isfile(path):
+    if is_model_folder(path):
+        return read_model_folder(path).task_options()
+    if os.path.isdir(path):
+        return recorded_task_options(path)
+    if not os.path.isfile(path):
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)

@@ -36,6 +36,7 @@ from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.lang_pairs import languages, parse_lang_pairs
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.model_folder import ModelFolder, is_model_folder, multilingual_task_options, read_model_folder
 from nmt_toolkit.registry import register_task
 from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask, read_preprocess_json
 
@@ -134,6 +135,8 @@ class MultilingualTranslationTask(TranslationTask):
     def setup_task(cls, cfg: MultilingualConfig, **kwargs) -> "MultilingualTranslationTask":
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
+        if is_model_folder(cfg.data):
+            return cls.from_model_folder(cfg, read_model_folder(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess --lang-pairs first)")
         record = read_preprocess_json(cfg.data)
@@ -156,6 +159,26 @@ class MultilingualTranslationTask(TranslationTask):
         logger.info("directions %s; joint dictionary: %d types with the language tokens %s", cfg.lang_pairs,
                     len(dictionary), " ".join(tokens))
         return cls(cfg, dictionary, pairs, langs)
+
+    @classmethod
+    def from_model_folder(cls, cfg: MultilingualConfig, folder: ModelFolder) -> "MultilingualTranslationTask":
+        """The task of a multilingual model folder: its joint dictionary (language tokens included), languages,
+        directions, tag options and subword model; no splits to load."""
+        if folder.multilingual is None:
+            raise UsageError(f"{folder.path}: a bilingual model folder ({folder.source_lang}→{folder.target_lang}), "
+                             f"not a multilingual one")
+        for key, value in multilingual_task_options(folder.multilingual).items():
+            setattr(cfg, key, value)
+        missing = [language_token(lang, cfg.lang_tok_style) for lang in folder.languages
+                   if language_token(lang, cfg.lang_tok_style) not in folder.src_dict]
+        if missing:
+            raise DataError(f"{folder.dict_files[0]}: lacks the language tokens {' '.join(missing)} of the languages "
+                            f"the manifest lists")
+        task = cls(cfg, folder.src_dict, parse_lang_pairs(cfg.lang_pairs), folder.languages)
+        task.model_folder = folder
+        if folder.codec_kind:
+            task._record = {"subword": {"type": folder.codec_kind, "model": folder.subword_paths["source"]}}
+        return task
 
     @classmethod
     def setup_decoding(cls, cfg: MultilingualConfig) -> "MultilingualTranslationTask":
