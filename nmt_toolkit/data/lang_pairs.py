@@ -13,6 +13,7 @@ def parse_lang_pairs(text: str, flag: str = "--lang-pairs") -> list[tuple[str, s
     line naming ``flag``. A language is letters, digits and ``_`` (file names carry it between dots and
     a dash)."""
     pairs: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()  # a many-to-many model lists thousands of directions
     for item in text.split(","):
         parts = item.strip().split("-")
         if len(parts) != 2 or not all(_LANG.fullmatch(p) for p in parts):
@@ -20,8 +21,9 @@ def parse_lang_pairs(text: str, flag: str = "--lang-pairs") -> list[tuple[str, s
         pair = (parts[0], parts[1])
         if pair[0] == pair[1]:
             raise UsageError(f"{flag} {text}: {item.strip()!r} translates a language into itself")
-        if pair in pairs:
+        if pair in seen:
             raise UsageError(f"{flag} {text}: {item.strip()!r} is given twice")
+        seen.add(pair)
         pairs.append(pair)
     return pairs
 
