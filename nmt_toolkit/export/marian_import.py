@@ -234,7 +234,7 @@ def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, pat
 
     def take(name: str) -> torch.Tensor:
         if name not in state:
-            raise DataError(f"{path}: tensor {name!r} is missing (a MarianMTModel layer has it)")
+            raise DataError(f"{path}: tensor {name!r} is missing (a layer of the model has it)")
         used.add(name)
         return state[name].float()
 
@@ -274,7 +274,7 @@ def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, pat
     out["decoder.output_bias"] = _rows(bias.unsqueeze(1), tgt_order, ABSENT_LOGIT).squeeze(1)
     left = sorted(k for k in state if k not in used)
     if left:
-        raise DataError(f"{path}: Marian weights that have no place in our transformer: {', '.join(left[:3])}"
+        raise DataError(f"{path}: weights that have no place in our transformer: {', '.join(left[:3])}"
                         + (f" and {len(left) - 3} more" if len(left) > 3 else ""))
     return out
 
