@@ -253,7 +253,8 @@ class Translator:
             return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
         # the decoder reads </s> and then the target language's token, as in training: a forced first token
         prefix = _with_first_column(src[:, :0] if prefix is None else prefix, tag)
-        return _without_first_token(self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn))
+        found = self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+        return _without_first_token(found, also=tag)
 
     def source_text(self, ids) -> str:
         """A binarized source as text, without the language token that tags it for the model."""
@@ -301,15 +302,21 @@ def _with_first_column(rows: torch.Tensor, token: int) -> torch.Tensor:
     return torch.cat([torch.full((rows.size(0), 1), token, dtype=rows.dtype, device=rows.device), rows], dim=1)
 
 
-def _without_first_token(found: list[list[dict]]) -> list[list[dict]]:
+def _without_first_token(found: list[list[dict]], also: Optional[int] = None) -> list[list[dict]]:
     """Hypotheses without their forced first token (a language tag): it is no output, so its piece, score and
-    alignment go. The hypothesis' score stays the one the search ranked by, the tag's log-probability
-    included, as fairseq's is."""
+    alignment go; so do later copies of the token ``also`` (the target language's tag, which fairseq-generate
+    strips from its output wherever the model emits it; other languages' tags stay). The hypothesis' score
+    stays the one the search ranked by, the tags' log-probabilities included, as fairseq's is."""
     for hyps in found:
         for hyp in hyps:
+            keep = torch.ones(len(hyp["tokens"]), dtype=torch.bool)
+            keep[0] = False
+            if also is not None:
+                keep &= hyp["tokens"].cpu() != also
             for key in ("tokens", "positional_scores", "attention", "alignment"):
-                if hyp.get(key) is not None:
-                    hyp[key] = hyp[key][1:]
+                value = hyp.get(key)
+                if value is not None:  # the alignment has no row for the end token: the mask's first rows
+                    hyp[key] = value[keep[: len(value)].to(value.device)]
     return found
 
 
