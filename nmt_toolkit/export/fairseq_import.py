@@ -231,6 +231,34 @@ def transformer_config(args: dict, path: str = "checkpoint"):
         no_scale_embedding=bool(args["no_scale_embedding"]), layernorm_embedding=bool(args["layernorm_embedding"]))
 
 
+MULTILINGUAL_TASK = "translation_multi_simple_epoch"
+#: the language options of fairseq's multilingual task that decoding needs, under our task's names
+_LANGUAGE_OPTIONS = ("lang_pairs", "lang_dict", "lang_tok_style", "encoder_langtok", "decoder_langtok")
+
+
+def multilingual_task_options(checkpoint: dict, path: str = "checkpoint") -> dict | None:
+    """The options of our ``translation_multi_simple_epoch`` task that decode a checkpoint of fairseq's task of
+    that name as fairseq does (its directions, language list and token placement), or None for a checkpoint
+    of any other task. Options of fairseq's task that change the tokens in ways ours has no option for are
+    refused by name."""
+    cfg = checkpoint.get("cfg")
+    task = cfg.get("task") if isinstance(cfg, dict) and isinstance(cfg.get("task"), dict) else None
+    if task is None and isinstance(checkpoint.get("args"), dict):
+        task = checkpoint["args"]
+    if not isinstance(task, dict) or (task.get("_name") or task.get("task")) != MULTILINGUAL_TASK:
+        return None
+    for name, allowed in (("lang_tok_style", ("multilingual", None)), ("lang_tok_replacing_bos_eos", (False, None)),
+                          ("langs", (None, [])), ("enable_lang_ids", (False, None))):
+        if task.get(name) not in allowed:
+            raise NmtError(f"{path}: fairseq option {name}={task[name]!r} of {MULTILINGUAL_TASK} is not supported")
+    options = {name: task.get(name) for name in _LANGUAGE_OPTIONS}
+    if isinstance(options["lang_pairs"], (list, tuple)):
+        options["lang_pairs"] = ",".join(options["lang_pairs"])
+    options["lang_tok_style"] = "multilingual"
+    options["decoder_langtok"] = bool(options["decoder_langtok"])
+    return options
+
+
 def is_fairseq_checkpoint(state: dict) -> bool:
     return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state) and "config" not in state
 
@@ -264,7 +292,10 @@ def converted(state: dict, path: str) -> dict:
         weights = convert_state_dict(state["model"], pad, share)
     except NmtError as exc:
         raise NmtError(f"{path}: {exc}") from None
-    return {"model": weights, "version": VERSION,
-            "config": {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
-                       "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path,
-                                                               "arch": args.get("arch")}}}
+    config = {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
+              "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path, "arch": args.get("arch")}}
+    languages = multilingual_task_options(state, path)
+    if languages is not None:  # decoding sets up the multilingual task from these, as for our own checkpoints
+        config["components"]["task"] = MULTILINGUAL_TASK
+        config["task"] = languages
+    return {"model": weights, "version": VERSION, "config": config}
