@@ -1,4 +1,5 @@
-"""nmt-convert: a fairseq checkpoint → one of ours, or a Hugging Face Marian (OPUS-MT) model → a model folder.
+"""nmt-convert: a fairseq checkpoint → one of ours, or a Hugging Face Marian (OPUS-MT) or M2M-100 model → a
+model folder.
 
 \b
     nmt-convert --from fairseq --path wmt16.en-de.joined-dict.transformer/model.pt --output ck/imported.pt
@@ -6,10 +7,14 @@
         --reset-dataloader --reset-meters <the model flags nmt-convert prints> ...
     nmt-convert --from marian --path opus-mt-en-de --output opus-mt-en-de.nmt
     nmt-generate --path opus-mt-en-de.nmt --input raw.en
+    nmt-convert --from m2m100 --path m2m100_418M --output m2m100.nmt
+    nmt-generate --path m2m100.nmt --input raw.en --source-lang en --target-lang de
 
 With --from marian, --path is a MarianMTModel folder (config.json, model.safetensors or pytorch_model.bin,
 vocab.json, source.spm, target.spm, tokenizer_config.json) and --output becomes a model folder; see
-docs/pretrained-models.md.
+docs/pretrained-models.md. With --from m2m100, --path is an M2M100ForConditionalGeneration folder (config.json,
+model.safetensors or pytorch_model.bin, vocab.json, sentencepiece.bpe.model, tokenizer_config.json) and
+--output a multilingual model folder (every language of its tokenizer).
 
 The checkpoint is read without fairseq and without running pickled code (a restricted unpickler: tensors,
 containers, argparse.Namespace and omegaconf trees only). The model options are taken from the file's
@@ -30,10 +35,13 @@ class ConvertConfig:
     """Which checkpoint to convert, from which format, and where to write ours."""
 
     from_format: str = option("fairseq", "the checkpoint's format: a fairseq checkpoint file, or a Hugging Face "
-                                          "MarianMTModel folder", choices=("fairseq", "marian"), flag="--from")
-    path: Optional[str] = option(None, "the checkpoint (fairseq) or folder (marian) to convert", metavar="PATH")
-    output: Optional[str] = option(None, "our checkpoint (fairseq) or model folder (marian) to write (atomically; "
-                                         "an existing one is replaced only with --overwrite)", metavar="PATH")
+                                          "MarianMTModel or M2M100ForConditionalGeneration folder",
+                               choices=("fairseq", "marian", "m2m100"), flag="--from")
+    path: Optional[str] = option(None, "the checkpoint (fairseq) or folder (marian, m2m100) to convert",
+                                 metavar="PATH")
+    output: Optional[str] = option(None, "our checkpoint (fairseq) or model folder (marian, m2m100) to write "
+                                         "(atomically; an existing one is replaced only with --overwrite)",
+                                   metavar="PATH")
     overwrite: bool = option(False, "replace --output if it exists")
     source_lang: Optional[str] = option(None, "--from marian: the source language [default: tokenizer_config.json's]")
     target_lang: Optional[str] = option(None, "--from marian: the target language [default: tokenizer_config.json's]")
@@ -70,6 +78,8 @@ def convert(configs: dict) -> int:
     cfg: ConvertConfig = configs["convert"]
     if cfg.from_format == "marian":
         return convert_marian(cfg)
+    if cfg.from_format == "m2m100":
+        return convert_m2m100(cfg)
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
     if os.path.exists(cfg.output) and not cfg.overwrite:
@@ -99,6 +109,30 @@ def convert_marian(cfg: ConvertConfig) -> int:
     logging.getLogger("nmt_toolkit.convert").info(
         "wrote model folder %s (%s→%s, %d/%d symbols%s)", cfg.output, record["source_lang"], record["target_lang"],
         *record["vocabulary"], f"; target-language tags: {' '.join(tags[:10])}" if tags else "")
+    return 0
+
+
+def convert_m2m100(cfg: ConvertConfig) -> int:
+    import logging
+    import os
+
+    from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.export.m2m100_import import import_m2m100
+
+    if not cfg.path or not cfg.output:
+        raise UsageError("--path (the M2M100ForConditionalGeneration folder) and --output (our model folder) are "
+                         "required")
+    for flag, value in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang),
+                        ("--target-lang-tag", cfg.target_lang_tag)):
+        if value is not None:
+            raise UsageError(f"{flag}: not with --from m2m100 (a multilingual model: nmt-generate takes the "
+                             f"direction with --source-lang and --target-lang)")
+    if os.path.exists(cfg.output) and not cfg.overwrite:
+        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
+    record = import_m2m100(cfg.path, cfg.output, cfg.overwrite)
+    logging.getLogger("nmt_toolkit.convert").info(
+        "wrote multilingual model folder %s (%d languages: %s; %d symbols)", cfg.output, len(record["languages"]),
+        " ".join(record["languages"]), record["vocabulary"])
     return 0
 
 

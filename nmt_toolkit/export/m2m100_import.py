@@ -1,0 +1,201 @@
+"""Hugging Face M2M-100 (``M2M100ForConditionalGeneration``) → a multilingual model folder of ours.
+
+An M2M-100 model is fairseq's many-to-many Transformer, which ours computes with existing options: pre-norm
+layers with a final layer norm after each stack (``--normalize-before``), embeddings scaled by sqrt(d_model)
+(unless ``scale_embedding`` is false: ``--no-scale-embedding``), fairseq's sinusoids counted from
+``padding_idx + 1`` (``--sinusoid-layout fairseq``), one embedding matrix for encoder, decoder and output
+(``--share-all-embeddings``) and decoding from ``</s>``. The layers map weight for weight as the Marian
+import maps them (:func:`~nmt_toolkit.export.marian_import.convert_state_dict`), plus the two final norms.
+
+Vocabulary: ``vocab.json`` holds fairseq's dictionary (``<s> <pad> </s> <unk>`` first, then the
+sentencepiece pieces); ``M2M100Tokenizer`` gives the language tokens ``__en__`` … the ids after it, in the
+order of its language-code list (``tokenizer_config.json`` ``language_codes``: ``m2m100``'s 100 codes or
+``wmt21``'s 8), and the embedding matrix has a few more rows that no token names (fairseq pads its
+dictionary with ``madeupword0000`` …, the names they get here). The rows are put in our dictionary order
+(:func:`~nmt_toolkit.export.marian_import.dictionary_order`, the identity for fairseq's order).
+
+The folder is a multilingual one (``docs/multilingual.md``): its languages are the tokenizer's, every
+direction between them is listed, sources start with the source language's token (``encoder_langtok src``:
+``__en__ … </s>``, as the tokenizer writes them) and the decoder reads ``</s> __de__`` first
+(``decoder_langtok``: the target token is the search's forced first token, Transformers'
+``forced_bos_token_id``). Weights are read as the Marian import reads them (safetensors, or
+``pytorch_model.bin`` with ``weights_only``); what our model cannot reproduce is refused naming the
+``config.json`` key.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from nmt_toolkit.errors import DataError
+from nmt_toolkit.export.marian_import import (ACTIVATIONS, _json, _refuse, _SAME, _vocab, convert_state_dict,
+                                              dictionary_order, read_weights)
+
+#: M2M100Tokenizer's language-code lists (``language_codes`` of tokenizer_config.json), in id order
+LANGUAGE_CODES = {
+    "m2m100": ("af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he "
+               "hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no "
+               "ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo "
+               "zh zu").split(),
+    "wmt21": "en ha is ja cs ru zh de".split(),
+}
+MADEUP_WORD = "madeupword{:04d}"  # fairseq's name for the rows that round a dictionary's size up
+SPM_FILE = "sentencepiece.bpe.model"
+#: the final layer norms of the two pre-norm stacks: Transformers' names → ours
+FINAL_NORMS = {"model.encoder.layer_norm": "encoder.layer_norm", "model.decoder.layer_norm": "decoder.layer_norm"}
+
+
+@dataclass
+class M2M100Folder:
+    """The files of an ``M2M100ForConditionalGeneration`` folder, read and checked."""
+
+    path: str
+    config: dict
+    weights: dict  # Transformers' names, ``model.`` prefix added where a file lacks it
+    vocab: list  # id → token: vocab.json's, the language tokens, then the unnamed rows
+    languages: list
+    spm: str
+    tokenizer_config: dict
+
+
+def language_token(code: str) -> str:
+    """M2M100Tokenizer's token of a language code (fairseq's ``__de__``)."""
+    return f"__{code}__"
+
+
+def _prefixed(weights: dict) -> dict:
+    return {(k if k.startswith(("model.", "lm_head", "final_logits_bias")) else f"model.{k}"): v
+            for k, v in weights.items()}
+
+
+def _embedding_rows(weights: dict, path: str) -> int:
+    for name in ("model.shared.weight", "model.encoder.embed_tokens.weight"):
+        if name in weights:
+            return int(weights[name].size(0))
+    raise DataError(f"{path}: tensor 'model.shared.weight' is missing (the embeddings of every M2M-100 model)")
+
+
+def read_m2m100_folder(path: str) -> M2M100Folder:
+    """Read the files of an ``M2M100ForConditionalGeneration`` folder (``save_pretrained``'s, or a Hub
+    download): config.json, the weights, vocab.json, sentencepiece.bpe.model, tokenizer_config.json."""
+    if not os.path.isdir(path):
+        raise DataError(f"--path {path}: not a folder (a Hugging Face M2M100ForConditionalGeneration folder is "
+                        f"expected)")
+    config = _json(os.path.join(path, "config.json"), "the model config")
+    where = os.path.join(path, "config.json")
+    if config.get("model_type") != "m2m_100":
+        _refuse(where, "model_type", config.get("model_type"), "only m2m_100 models are imported (NLLB-MoE's "
+                                                              "expert layers have no place in our transformer)")
+    tok_path = os.path.join(path, "tokenizer_config.json")
+    tokenizer_config = _json(tok_path, "the tokenizer config") if os.path.isfile(tok_path) else {}
+    spm = os.path.join(path, SPM_FILE)
+    if not os.path.isfile(spm):
+        raise DataError(f"{path}: {SPM_FILE} is missing (M2M100Tokenizer's sentencepiece model)")
+    if not any(os.path.isfile(os.path.join(path, name)) for name in ("model.safetensors", "pytorch_model.bin")):
+        raise DataError(f"{path}: no model.safetensors or pytorch_model.bin (not an M2M100ForConditionalGeneration "
+                        f"folder)")
+    weights = _prefixed(read_weights(path))
+    codes = tokenizer_config.get("language_codes", "m2m100")
+    if codes not in LANGUAGE_CODES:
+        raise DataError(f"{tok_path}: language_codes={json.dumps(codes)} is not one of M2M100Tokenizer's "
+                        f"({', '.join(LANGUAGE_CODES)})")
+    vocab = full_vocabulary(_vocab(os.path.join(path, "vocab.json")), LANGUAGE_CODES[codes],
+                            _embedding_rows(weights, path), config, tokenizer_config, path)
+    return M2M100Folder(path=path, config=config, weights=weights, vocab=vocab, languages=list(LANGUAGE_CODES[codes]),
+                        spm=spm, tokenizer_config=tokenizer_config)
+
+
+def full_vocabulary(vocab: list, codes: list, rows: int, config: dict, tokenizer_config: dict, path: str) -> list:
+    """Every embedding row's token: vocab.json's, the language tokens after them (M2M100Tokenizer's ids), and
+    ``madeupword`` names for the rows left. A language token that vocab.json already holds, or that
+    tokenizer_config.json records at another id, and embeddings too small for the tokens, are refused."""
+    tokens = list(vocab) + [language_token(code) for code in codes]
+    clash = next((t for t in vocab if t in set(tokens[len(vocab):])), None)
+    if clash is not None:
+        raise DataError(f"{path}: vocab.json holds the language token {clash!r}, which M2M100Tokenizer gives the "
+                        f"id after its last entry")
+    recorded = tokenizer_config.get("added_tokens_decoder") or {}
+    for index, entry in recorded.items():
+        content = entry.get("content") if isinstance(entry, dict) else None
+        if content in tokens[len(vocab):] and str(tokens.index(content)) != str(index):
+            raise DataError(f"{path}: tokenizer_config.json gives {content!r} id {index}; M2M100Tokenizer's "
+                            f"layout gives it {tokens.index(content)}")
+    if config.get("vocab_size", rows) != rows or rows < len(tokens):
+        _refuse(os.path.join(path, "config.json"), "vocab_size", config.get("vocab_size", rows),
+                f"the embeddings have {rows} rows, the vocabulary and language tokens {len(tokens)}")
+    return tokens + [MADEUP_WORD.format(i) for i in range(rows - len(tokens))]
+
+
+def transformer_config(config: dict, path: str = "config.json"):
+    """Our :class:`TransformerConfig` for an M2M-100 ``config.json``; what it cannot reproduce is refused in
+    one line naming the key (``encoder_layerdrop``/``decoder_layerdrop`` only skip layers in training)."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    for a, b in _SAME:
+        if config.get(a) != config.get(b):
+            _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
+    activation = config.get("activation_function", "relu")
+    if activation not in ACTIVATIONS:
+        _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    if config.get("pad_token_id", 1) != 1:
+        _refuse(path, "pad_token_id", config.get("pad_token_id"), "M2M-100's positions count from pad_token_id + 1; "
+                                                                  "our fairseq sinusoids count from 2")
+    if config.get("decoder_start_token_id", 2) != config.get("eos_token_id", 2):
+        _refuse(path, "decoder_start_token_id", config.get("decoder_start_token_id"), "decoding starts from the "
+                                                                                      "EOS symbol")
+    if not config.get("tie_word_embeddings", True):
+        _refuse(path, "tie_word_embeddings", False, "our model ties the output matrix to the shared embeddings")
+    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
+    if d_model % heads:
+        _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
+    return TransformerConfig(
+        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
+        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
+        dropout=float(config.get("dropout", 0.1)), attention_dropout=float(config.get("attention_dropout", 0.1)),
+        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
+        normalize_before=True, positional_embeddings="sinusoidal", sinusoid_layout="fairseq",
+        max_positions=int(config.get("max_position_embeddings", 1024)), share_all_embeddings=True,
+        share_decoder_input_output_embed=False, no_scale_embedding=not config.get("scale_embedding", True),
+        layernorm_embedding=False, output_bias=False, decoder_start="eos")
+
+
+def converted(folder: M2M100Folder) -> tuple:
+    """``(model config dict, our state dict, the joint dictionary)`` of an M2M-100 folder."""
+    where = os.path.join(folder.path, "config.json")
+    cfg = transformer_config(folder.config, where)
+    dictionary, order = dictionary_order(folder.vocab, folder.config, folder.tokenizer_config, where)
+    layers = dict(folder.weights)
+    norms = {}
+    for theirs, ours in FINAL_NORMS.items():
+        for part in ("weight", "bias"):
+            if f"{theirs}.{part}" not in layers:
+                raise DataError(f"{where}: tensor '{theirs}.{part}' is missing (the final layer norm of a "
+                                f"pre-norm M2M-100 stack)")
+            norms[f"{ours}.{part}"] = layers.pop(f"{theirs}.{part}").float()
+    state = convert_state_dict(layers, cfg, order, order, where)
+    if bool(state["decoder.output_bias"].any()):  # a symbol of ours M2M-100 lacks (<s>): kept at p = 0
+        cfg.output_bias = True
+    else:
+        del state["decoder.output_bias"]
+    state.update(norms)
+    return asdict(cfg), state, dictionary
+
+
+def import_m2m100(path: str, output: str, overwrite: bool = False) -> dict:
+    """Write the M2M-100 folder ``path`` as our multilingual model folder ``output``; returns what was
+    written."""
+    from nmt_toolkit.model_folder import write_model_folder
+
+    folder = read_m2m100_folder(path)
+    model_config, state, dictionary = converted(folder)
+    langs = folder.languages
+    multilingual = {"languages": langs, "lang_pairs": [f"{a}-{b}" for a in langs for b in langs if a != b],
+                    "lang_tok_style": "multilingual", "encoder_langtok": "src", "decoder_langtok": True}
+    write_model_folder(output, arch="transformer", model_config=model_config, state_dict=state, src_dict=dictionary,
+                       tgt_dict=dictionary, source_lang=None, target_lang=None, subword_scheme="sentencepiece",
+                       subword_files={"source": folder.spm, "target": folder.spm},
+                       made_by=f"nmt-convert --from m2m100 --path {path}", overwrite=overwrite,
+                       multilingual=multilingual)
+    return {"path": output, "languages": langs, "vocabulary": len(dictionary),
+            "unnamed_rows": sum(t.startswith("madeupword") for t in folder.vocab)}

@@ -1,0 +1,312 @@
+"""Hugging Face M2M-100 models imported (nmt-convert --from m2m100), checked against Transformers itself.
+
+Each test module run writes tiny random ``M2M100ForConditionalGeneration`` models with ``save_pretrained``
+and a sentencepiece model trained here on Multi30k (en, de, fr, cs) through ``M2M100Tokenizer``'s own
+``save_pretrained``, so the files are the ones a Hub download has, in the layout of the Transformers
+version installed. The reference is Transformers: logits, the tokenizer's source ids and ``generate(...,
+forced_bos_token_id=...)``'s outputs. No network is used.
+
+The random models have init_std 1.0 (peaked distributions: near-ties would make the comparison depend on
+rounding) and ``</s>``'s embedding row scaled by 3, so that most outputs end before the length limit and
+beam search has real choices to make.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+pytest.importorskip("sentencepiece")
+
+from nmt_toolkit.config import from_dict  # noqa: E402
+from nmt_toolkit.errors import DataError, UsageError  # noqa: E402
+from nmt_toolkit.export.m2m100_import import import_m2m100  # noqa: E402
+from nmt_toolkit.model_folder import read_model_folder  # noqa: E402
+from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CONVERT = "from nmt_toolkit.cli.convert import main; main()"
+MAX_LENGTH = 24  # Transformers' max_length: the start symbol, the language token, then at most 22 tokens
+#: our search options that reproduce generate(num_beams=k, early_stopping=True) (see test_marian.SAME_AS_HF):
+#: max_length counts the start symbol and the forced language token and (no forced EOS in M2M-100's generation
+#: config) ends without EOS; we count the token in --max-len-b and end with EOS
+SAME_AS_HF = dict(lenpen_style="fairseq", early_stop="beam", min_len=0, max_len_a=0.0, max_len_b=MAX_LENGTH - 1)
+
+
+def train_spm(data_dir: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
+    """A joint 500-piece BPE sentencepiece model over 1000 training lines of each language (under a second)."""
+    import sentencepiece as spm
+
+    lines = []
+    for lang in ("en", "de", "fr", "cs"):
+        lines += (data_dir / "multi30k" / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:1000]
+    (work / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(work / "text.txt"), model_prefix=str(work / "spm"), vocab_size=500,
+                                   model_type="bpe", character_coverage=1.0, num_threads=1, minloglevel=2)
+    return work / "spm.model"
+
+
+def write_hf_model(folder: pathlib.Path, spm_model: pathlib.Path, language_codes: str = "m2m100",
+                   safetensors: bool = True, **config) -> None:
+    """A random M2M-100 model and its tokenizer, written by Transformers (vocab.json in fairseq's order:
+    <s> <pad> </s> <unk>, then the pieces; the language tokens and 8 unnamed rows follow in the embeddings)."""
+    import sentencepiece as spm
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>"] + pieces)}
+    folder.mkdir(parents=True)
+    (folder.parent / f"{folder.name}.vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tok = M2M100Tokenizer(vocab_file=str(folder.parent / f"{folder.name}.vocab.json"), spm_file=str(spm_model),
+                          language_codes=language_codes)
+    tok.save_pretrained(folder)
+    languages = {"m2m100": 100, "wmt21": 8}[language_codes]
+    settings = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                    encoder_attention_heads=2, decoder_attention_heads=2, max_position_embeddings=128, init_std=1.0)
+    settings.update(config)
+    cfg = M2M100Config(vocab_size=len(vocab) + languages + 8, **settings)
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        model.model.shared.weight[cfg.eos_token_id] *= 3
+    model.save_pretrained(folder, safe_serialization=safetensors)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory, data_dir):
+    """``made[name]``: (Transformers' folder, our imported folder) of two models: ``m2m100`` (100 languages,
+    2+2 layers, ReLU, scaled embeddings, model.safetensors) and ``variant`` (WMT-21's 8 languages, 1+1 layers,
+    d_model 32, GELU, unscaled embeddings, pytorch_model.bin)."""
+    work = tmp_path_factory.mktemp("m2m100")
+    spm_model = train_spm(data_dir, work)
+    out = {}
+    for name, options in (("m2m100", {}),
+                          ("variant", dict(language_codes="wmt21", safetensors=False, d_model=32, encoder_layers=1,
+                                           decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                           activation_function="gelu", scale_embedding=False))):
+        write_hf_model(work / name, spm_model, **options)
+        import_m2m100(str(work / name), str(work / f"{name}.nmt"))
+        out[name] = (work / name, work / f"{name}.nmt")
+    return out
+
+
+def hf(folder: pathlib.Path, src_lang: str = "en", tgt_lang: str = "de"):
+    from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    return (M2M100ForConditionalGeneration.from_pretrained(folder).eval(),
+            M2M100Tokenizer.from_pretrained(folder, src_lang=src_lang, tgt_lang=tgt_lang))
+
+
+def ours(folder: pathlib.Path):
+    mf = read_model_folder(str(folder))
+    model = TransformerModel.build_model(from_dict(TransformerConfig, mf.config["model"]), mf.src_dict, mf.tgt_dict)
+    model.load_state_dict(mf.state_dict())
+    return model.eval(), mf
+
+
+def lines(data_dir: pathlib.Path, lang: str, n: int) -> list[str]:
+    return (data_dir / "multi30k" / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+
+
+# ---------------------------------------------------------------------------- the folder and its dictionary
+
+def test_the_folder_is_multilingual_with_the_tokenizers_ids(made):
+    """Our dictionary holds every Transformers id at the same index (fairseq's order is ours), the language
+    tokens where M2M100Tokenizer puts them; the folder lists the tokenizer's languages and tags sources with
+    the source language and the decoder with the target language."""
+    for name, languages in (("m2m100", 100), ("variant", 8)):
+        theirs, tok = hf(made[name][0])
+        mf = read_model_folder(str(made[name][1]))
+        assert len(mf.src_dict) == theirs.config.vocab_size and mf.src_dict == mf.tgt_dict
+        named = len(tok)  # vocab.json and the language tokens; the 8 rows after them have no token
+        assert [mf.src_dict[i] for i in range(named)] == tok.convert_ids_to_tokens(list(range(named)))
+        assert len(mf.languages) == languages and "en" in mf.languages and "de" in mf.languages
+        assert mf.src_dict.index("__de__") == tok.get_lang_id("de")
+        record = mf.multilingual
+        assert (record["lang_tok_style"], record["encoder_langtok"], record["decoder_langtok"]) == \
+            ("multilingual", "src", True)
+        assert len(record["lang_pairs"]) == languages * (languages - 1)
+
+
+@pytest.mark.parametrize("name", ["m2m100", "variant"])
+def test_logits_equal_transformers(name, made, data_dir):
+    """Teacher-forced logits of a padded batch (6 en→de pairs; the tokenizer's __en__ … </s> sources and
+    </s> __de__ … decoder inputs) equal Transformers' within 1e-5, log-probabilities too."""
+    theirs, tok = hf(made[name][0])
+    model, _ = ours(made[name][1])
+    enc = tok(lines(data_dir, "en", 6), text_target=lines(data_dir, "de", 6), return_tensors="pt", padding=True)
+    assert bool(enc["attention_mask"].eq(0).any())
+    prev = torch.cat([torch.full((6, 1), theirs.config.decoder_start_token_id), enc["labels"][:, :-1]], dim=1)
+    with torch.no_grad():
+        want = theirs(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], decoder_input_ids=prev).logits
+        got = model(enc["input_ids"], None, prev)
+    real = enc["labels"].ne(theirs.config.pad_token_id)
+    torch.testing.assert_close(got[real], want[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.log_softmax(-1)[real], want.log_softmax(-1)[real], rtol=1e-5, atol=1e-5)
+
+
+def test_sources_are_tagged_as_the_tokenizer_tags_them(made, data_dir):
+    """The Translator's source ids for raw text are M2M100Tokenizer's (``__fr__`` pieces ``</s>``), and the
+    decoder's forced first token is ``forced_bos_token_id``'s."""
+    from nmt_toolkit.generation.translator import Translator
+
+    folder, imported = made["m2m100"]
+    for src, tgt in (("en", "de"), ("fr", "cs")):
+        _, tok = hf(folder, src, tgt)
+        translator = Translator.load(str(imported), source_lang=src, target_lang=tgt, device="cpu")
+        text = lines(data_dir, src, 5)
+        assert [x.tolist() for x in translator.encode(text)] == tok(text)["input_ids"]
+        assert translator.task.decoder_token() == tok.get_lang_id(tgt)
+
+
+# ---------------------------------------------------------------------------- search: outputs equal generate's
+
+def translate_ids(translator, text: list[str]) -> list[list[int]]:
+    """Our outputs as ids, without EOS and the target language's token (see :func:`generate_ids`)."""
+    d, tag = translator.task.tgt_dict, translator.task.decoder_token()
+    return [[d.index(p) for p in r.hypotheses[0].pieces.split() if d.index(p) != tag]
+            for r in translator.translate(text)]
+
+
+def generate_ids(theirs, tok, text: list[str], tgt: str, **kwargs) -> tuple[list[list[int]], list[bool]]:
+    """Transformers' outputs as ids (the start symbol, the forced token and what follows EOS dropped, and the
+    target language's token wherever a random model emits it again: fairseq-generate, and so nmt-generate,
+    strip it from the output), and whether each reached ``MAX_LENGTH``."""
+    outputs, at_limit = [], []
+    for i in range(0, len(text), 100):
+        enc = tok(text[i:i + 100], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = theirs.generate(**enc, forced_bos_token_id=tok.get_lang_id(tgt), max_length=MAX_LENGTH, **kwargs)
+        for row in out.tolist():
+            assert row[:2] == [theirs.config.decoder_start_token_id, tok.get_lang_id(tgt)]
+            body = row[2:]
+            ended = theirs.config.eos_token_id in body
+            text_ids = body[:body.index(theirs.config.eos_token_id)] if ended else body
+            outputs.append([t for t in text_ids if t != tok.get_lang_id(tgt)])
+            at_limit.append(len(row) == MAX_LENGTH and (not ended or body.index(theirs.config.eos_token_id) ==
+                                                        len(body) - 1))
+    return outputs, at_limit
+
+
+@pytest.mark.parametrize("beam", [1, 4], ids=["greedy", "beam4"])
+def test_outputs_equal_generate_on_200_sentences(beam, made, data_dir):
+    """en→de on 200 Multi30k test sentences and fr→cs on 50: our outputs (Translator: sentencepiece, source tag,
+    forced target tag) equal ``generate(num_beams=…, forced_bos_token_id=…, early_stopping=True,
+    length_penalty=0)`` id for id: every one greedy; with a beam every one that ends before the length limit
+    (Transformers scores the EOS it forces there as ln 1, we its own ln p)."""
+    from nmt_toolkit.generation.translator import Translator
+
+    folder, imported = made["m2m100"]
+    for src, tgt, n in (("en", "de", 200), ("fr", "cs", 50)):
+        theirs, tok = hf(folder, src, tgt)
+        text = lines(data_dir, src, n)
+        translator = Translator.load(str(imported), source_lang=src, target_lang=tgt, device="cpu", beam=beam,
+                                     lenpen=0.0, **SAME_AS_HF)
+        got = translate_ids(translator, text)
+        want, at_limit = generate_ids(theirs, tok, text, tgt, num_beams=beam, length_penalty=0.0,
+                                      early_stopping=True)
+        compared = [i for i in range(len(text)) if beam == 1 or not at_limit[i]]
+        assert len(compared) >= 0.8 * n
+        differ = [(i, got[i], want[i]) for i in compared if got[i] != want[i]]
+        assert not differ, f"{src}-{tgt}: {len(differ)} of {len(compared)} differ, first: {differ[0]}"
+        assert len({tuple(x) for x in want}) > 0.3 * n  # outputs differ from sentence to sentence
+
+
+def test_nmt_generate_translates_the_folder(made, data_dir, tmp_path, capsys):
+    """``nmt-generate --path FOLDER --input F --source-lang en --target-lang de`` prints the Translator's
+    hypotheses, without the language tag."""
+    from nmt_toolkit.cli.generate import run as generate
+    from nmt_toolkit.generation.translator import Translator
+
+    imported = made["m2m100"][1]
+    text = lines(data_dir, "en", 20)
+    (tmp_path / "in.en").write_text("\n".join(text) + "\n", encoding="utf-8")
+    flags = ["--beam", "4", "--max-len-a", "0", "--max-len-b", "20"]
+    assert generate(["--path", str(imported), "--input", str(tmp_path / "in.en"), "--source-lang", "en",
+                     "--target-lang", "de", "--threads", "1", *flags]) == 0
+    printed = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("H-"):
+            key, _, pieces = line.split("\t")
+            printed[int(key[2:])] = pieces
+    translator = Translator.load(str(imported), source_lang="en", target_lang="de", device="cpu", beam=4,
+                                 max_len_a=0.0, max_len_b=20)
+    assert [printed[i] for i in range(len(text))] == [r.hypotheses[0].pieces for r in translator.translate(text)]
+    assert not any("__de__" in p.split()[:1] for p in printed.values())
+
+
+# ---------------------------------------------------------------------------- safety and refusals
+
+class _Payload:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(made, tmp_path):
+    import shutil
+
+    folder = tmp_path / "evil"
+    shutil.copytree(made["variant"][0], folder)
+    weights = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    marker = tmp_path / "ran"
+    torch.save({**weights, "payload": _Payload(str(marker))}, folder / "pytorch_model.bin")
+    with pytest.raises(DataError, match="refusing to load"):
+        import_m2m100(str(folder), str(tmp_path / "out"))
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    # the payload is real: the same file loaded as a plain pickle runs it
+    subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=False)",
+                    str(folder / "pytorch_model.bin")], check=True, cwd=tmp_path)
+    assert marker.exists()
+
+
+REFUSALS = [("model_type", "nllb-moe"), ("activation_function", "tanh"), ("decoder_ffn_dim", 128),
+            ("decoder_attention_heads", 4), ("pad_token_id", 0), ("decoder_start_token_id", 0),
+            ("tie_word_embeddings", False), ("vocab_size", 999)]
+
+
+@pytest.mark.parametrize("key,value", REFUSALS, ids=[k for k, _ in REFUSALS])
+def test_refusals_name_the_config_key(key, value, made, tmp_path):
+    """What our transformer cannot reproduce is one error naming config.json's key; nothing is written."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(made["m2m100"][0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match=f"config.json {key}="):
+        import_m2m100(str(folder), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_nmt_convert_refuses_in_one_line(made, tmp_path):
+    """The program: exit status 2, one line naming the key, no traceback, nothing written; then it converts
+    the untouched folder."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(made["variant"][0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "nllb-moe"}))
+    command = [sys.executable, "-c", CONVERT, "--from", "m2m100", "--path", str(folder), "--output",
+               str(tmp_path / "out")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "model_type=" in result.stderr
+    assert not (tmp_path / "out").exists()
+    (folder / "config.json").write_text(json.dumps(config))
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr
+    assert read_model_folder(str(tmp_path / "out")).languages == "en ha is ja cs ru zh de".split()
