@@ -181,8 +181,8 @@ def generate_ids(theirs, tok, text: list[str], tgt: str, **kwargs) -> tuple[list
     target language's token wherever a random model emits it again: fairseq-generate, and so nmt-generate,
     strip it from the output), and whether each reached ``MAX_LENGTH``."""
     outputs, at_limit = [], []
-    for i in range(0, len(text), 100):
-        enc = tok(text[i:i + 100], return_tensors="pt", padding=True)
+    for i in range(0, len(text), 200):
+        enc = tok(text[i:i + 200], return_tensors="pt", padding=True)
         with torch.no_grad():
             out = theirs.generate(**enc, forced_bos_token_id=tok.get_lang_id(tgt), max_length=MAX_LENGTH, **kwargs)
         for row in out.tolist():
@@ -286,6 +286,20 @@ def test_refusals_name_the_config_key(key, value, made, tmp_path):
     config[key] = value
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UsageError, match=f"config.json {key}="):
+        import_m2m100(str(folder), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_nllb_tokenizer_is_refused_by_name(made, tmp_path):
+    """NLLB's dense models are M2M-100 models, but NllbTokenizer lays out its vocabulary and language tokens
+    (eng_Latn) otherwise: refused naming tokenizer_class, rather than imported with wrong ids."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(made["variant"][0], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "NllbTokenizer"}))
+    with pytest.raises(DataError, match='tokenizer_class="NllbTokenizer" is not imported'):
         import_m2m100(str(folder), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 

@@ -89,6 +89,10 @@ def read_m2m100_folder(path: str) -> M2M100Folder:
                                                               "expert layers have no place in our transformer)")
     tok_path = os.path.join(path, "tokenizer_config.json")
     tokenizer_config = _json(tok_path, "the tokenizer config") if os.path.isfile(tok_path) else {}
+    if str(tokenizer_config.get("tokenizer_class", "")).startswith("Nllb"):
+        raise DataError(f"{tok_path}: tokenizer_class={json.dumps(tokenizer_config['tokenizer_class'])} is not "
+                        f"imported (NLLB's language tokens are the codes themselves, eng_Latn, and its vocabulary "
+                        f"is the sentencepiece model's; only M2M100Tokenizer folders are)")
     spm = os.path.join(path, SPM_FILE)
     if not os.path.isfile(spm):
         raise DataError(f"{path}: {SPM_FILE} is missing (M2M100Tokenizer's sentencepiece model)")
