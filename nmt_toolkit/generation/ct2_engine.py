@@ -8,11 +8,18 @@ folder (quantization none).
 
 How the options map (CTranslate2 4.8's ``Translator.translate_batch``): ``--beam`` → ``beam_size``,
 ``--nbest`` → ``num_hypotheses``, ``--lenpen`` → ``length_penalty``, ``--no-repeat-ngram-size`` → the same,
-``--prefix-size`` → ``target_prefix``, ``--min-len`` → ``min_decoding_length``, ``--max-len-a/b`` → one
-``max_decoding_length`` per group of sentences that share the limit ``a * |source| + b`` (CTranslate2 takes
-one limit per call; a sentence that reaches its limit is decoded again for its whole final beam, ranked with
-the end token the torch engine forces there), ``--sampling`` → random sampling (``sampling_topk``, ``sampling_topp``,
+``--prefix-size`` → ``target_prefix``, ``--min-len`` → ``min_decoding_length``, ``--max-len-a/b`` → each
+sentence's limit ``a * |source| + b`` (CTranslate2 takes one ``max_decoding_length`` per call: a batch is
+searched once under its largest limit, and the sentences whose result that search cannot prove to be the one
+of their own limit are searched again, one call per limit, see :meth:`CTranslate2Generator._search_together`;
+a sentence that reaches its limit is decoded again for its whole final beam, ranked with the end token the
+torch engine forces there), ``--sampling`` → random sampling (``sampling_topk``, ``sampling_topp``,
 ``sampling_temperature``; one sample per sentence, so ``--beam 1``), ``--score-reference`` → ``score_batch``.
+
+Language tags (a multilingual model): the source's tag is a token of the source the task built, passed on
+as it is; the target's tag is the search's forced first token, i.e. CTranslate2's ``target_prefix``, which
+CTranslate2 returns at the head of each hypothesis and scores, as the torch engine does; the translator
+drops it from the output for both engines.
 
 Length penalty. CTranslate2 ranks a finished hypothesis by ``sum(log p) / |Y|^alpha`` with ``|Y|`` counting
 the end token — fairseq's style, our ``--lenpen-style fairseq`` (checked: the same 40 of 40 hypotheses and
@@ -170,30 +177,62 @@ class CTranslate2Generator:
             options.update(beam_size=1, sampling_topk=0 if gen.sampling_topk < 1 else gen.sampling_topk,
                            sampling_topp=1.0 if gen.sampling_topp <= 0 else gen.sampling_topp,
                            sampling_temperature=gen.temperature)
-        out: list = [None] * len(sources)
-        for limit in sorted(set(limits)):  # one call per output-length limit (see the module docstring)
-            idx = [i for i, m in enumerate(limits) if m == limit]
+        found = self._search_together(sources, limits, prefixes, options)
+        for limit in sorted({limits[i] for i, hyps in enumerate(found) if hyps is None}):
+            idx = [i for i, hyps in enumerate(found) if hyps is None and limits[i] == limit]
             results = self.translator.translate_batch(
                 [sources[i] for i in idx], target_prefix=None if prefixes is None else [prefixes[i] for i in idx],
                 max_decoding_length=limit, **options)
-            pairs = [(i, hyp, score) for i, result in zip(idx, results)
-                     for hyp, score in zip(result.hypotheses, result.scores)]
-            if self.scores:
-                scored = self.translator.score_batch([sources[i] for i, _, _ in pairs], [h for _, h, _ in pairs],
-                                                     max_input_length=rows)
-            for k, (i, hyp, score) in enumerate(pairs):
-                ids = self._ids(hyp)
-                if self.scores:
-                    hypothesis = self._hypothesis(ids, scored[k].log_probs)
-                else:  # CTranslate2's own search score; per-token scores are not computed (not printed)
-                    hypothesis = {"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
-                                  "attention": None, "alignment": None}
-                out[i] = (out[i] or []) + [hypothesis]
+            for i, result in zip(idx, results):
+                found[i] = list(zip(result.hypotheses, result.scores))
+        out = self._hypotheses(sources, found)
         cut = [i for i, hyps in enumerate(out) if any(len(h["tokens"]) > limits[i] for h in hyps)]
         if cut and not gen.sampling:
             self._rerank_at_the_limit(cut, sources, limits, prefixes, options, out)
         for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
             hyps.sort(key=lambda h: -h["score"])
+        return out
+
+    def _search_together(self, sources, limits, prefixes, options) -> list:
+        """One ``translate_batch`` call for sentences of different length limits, under the largest: a
+        sentence's ``(hypothesis, score)`` list where that search is provably the one its own limit gives, else
+        None (searched again under its own limit).
+
+        CTranslate2's beam search (decoding.cc) looks at the limit only at its last step, where every live
+        hypothesis is taken as finished; before it, a sentence's steps are the same under any limit. With a
+        length penalty a sentence stops at the step where its finished hypotheses reach ``--beam`` (fewer:
+        greedy), and asked for all ``--beam`` of them it returns at least one finished at that step: the
+        longest returned is its last step. A sentence that stopped two steps before its own limit decoded as
+        under that limit; its first ``--nbest`` are those a call asking for ``--nbest`` returns. Without a
+        length penalty the stop depends on ``--nbest`` and a beam's last step cannot be read from its result;
+        sampling draws from one random stream: both keep one call per limit."""
+        gen = self.gen
+        found: list = [None] * len(sources)
+        if len(set(limits)) == 1 or gen.sampling or (gen.beam > 1 and gen.lenpen == 0):
+            return found
+        results = self.translator.translate_batch(
+            sources, target_prefix=prefixes, max_decoding_length=max(limits),
+            **{**options, "num_hypotheses": gen.beam if gen.beam > 1 else gen.nbest})
+        for i, result in enumerate(results):
+            if result.hypotheses and max(len(hyp) for hyp in result.hypotheses) <= limits[i] - 2:
+                found[i] = list(zip(result.hypotheses, result.scores))[: gen.nbest]
+        return found
+
+    def _hypotheses(self, sources, found) -> list[list[dict]]:
+        """Each sentence's ``(symbols, CTranslate2 score)`` as hypothesis dicts, scored by ``score_batch`` in
+        one call (unless scores are not wanted)."""
+        pairs = [(i, hyp, score) for i, hyps in enumerate(found) for hyp, score in hyps]
+        if self.scores:
+            scored = self.translator.score_batch([sources[i] for i, _, _ in pairs], [h for _, h, _ in pairs],
+                                                 max_input_length=self.model.rows)
+        out: list = [[] for _ in sources]
+        for k, (i, hyp, score) in enumerate(pairs):
+            ids = self._ids(hyp)
+            if self.scores:
+                out[i].append(self._hypothesis(ids, scored[k].log_probs))
+            else:  # CTranslate2's own search score; per-token scores are not computed (not printed)
+                out[i].append({"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
+                               "attention": None, "alignment": None})
         return out
 
     def _rerank_at_the_limit(self, cut, sources, limits, prefixes, options, out) -> None:
