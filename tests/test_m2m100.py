@@ -268,6 +268,16 @@ def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(made, tmp_pat
     subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=False)",
                     str(folder / "pytorch_model.bin")], check=True, cwd=tmp_path)
     assert marker.exists()
+    # a clean file imports; the sinusoid tables older Transformers versions saved with the weights are not
+    # weights of ours (recomputed), and the result is the same model
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+
+    table = M2M100SinusoidalPositionalEmbedding(128, 32, 1).weights
+    torch.save({**weights, "model.encoder.embed_positions.weights": table,
+                "model.decoder.embed_positions.weights": table}, folder / "pytorch_model.bin")
+    import_m2m100(str(folder), str(tmp_path / "clean"))
+    got, want = read_model_folder(str(tmp_path / "clean")).state_dict(), read_model_folder(str(made["variant"][1])).state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
 
 
 REFUSALS = [("model_type", "nllb-moe"), ("activation_function", "tanh"), ("decoder_ffn_dim", 128),

@@ -42,6 +42,8 @@ LANGUAGE_CODES = {
 }
 MADEUP_WORD = "madeupword{:04d}"  # fairseq's name for the rows that round a dictionary's size up
 SPM_FILE = "sentencepiece.bpe.model"
+#: the sinusoid tables older Transformers versions saved with the weights (recomputed, as Transformers does now)
+POSITION_TABLES = ("model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights")
 #: the final layer norms of the two pre-norm stacks: Transformers' names → ours
 FINAL_NORMS = {"model.encoder.layer_norm": "encoder.layer_norm", "model.decoder.layer_norm": "decoder.layer_norm"}
 
@@ -169,7 +171,7 @@ def converted(folder: M2M100Folder) -> tuple:
     where = os.path.join(folder.path, "config.json")
     cfg = transformer_config(folder.config, where)
     dictionary, order = dictionary_order(folder.vocab, folder.config, folder.tokenizer_config, where)
-    layers = dict(folder.weights)
+    layers = {k: v for k, v in folder.weights.items() if k not in POSITION_TABLES}
     norms = {}
     for theirs, ours in FINAL_NORMS.items():
         for part in ("weight", "bias"):
