@@ -84,7 +84,7 @@ def write_hf_model(folder: pathlib.Path, spm_model: pathlib.Path, language_codes
 def made(tmp_path_factory, data_dir):
     """``made[name]``: (Transformers' folder, our imported folder) of two models: ``m2m100`` (100 languages,
     2+2 layers, ReLU, scaled embeddings, model.safetensors) and ``variant`` (WMT-21's 8 languages, 1+1 layers,
-    d_model 32, GELU, unscaled embeddings, pytorch_model.bin)."""
+    d_model 32, GELU, unscaled embeddings, pytorch_model.bin); ``made["spm"]``: their sentencepiece model."""
     work = tmp_path_factory.mktemp("m2m100")
     spm_model = train_spm(data_dir, work)
     out = {}
@@ -95,6 +95,7 @@ def made(tmp_path_factory, data_dir):
         write_hf_model(work / name, spm_model, **options)
         import_m2m100(str(work / name), str(work / f"{name}.nmt"))
         out[name] = (work / name, work / f"{name}.nmt")
+    out["spm"] = spm_model
     return out
 
 
@@ -176,7 +177,7 @@ def translate_ids(translator, text: list[str]) -> list[list[int]]:
             for r in translator.translate(text)]
 
 
-def generate_ids(theirs, tok, text: list[str], tgt: str, **kwargs) -> tuple[list[list[int]], list[bool]]:
+def generate_ids(theirs, tok, text: list[str], forced: int, **kwargs) -> tuple[list[list[int]], list[bool]]:
     """Transformers' outputs as ids (the start symbol, the forced token and what follows EOS dropped, and the
     target language's token wherever a random model emits it again: fairseq-generate, and so nmt-generate,
     strip it from the output), and whether each reached ``MAX_LENGTH``."""
@@ -184,13 +185,13 @@ def generate_ids(theirs, tok, text: list[str], tgt: str, **kwargs) -> tuple[list
     for i in range(0, len(text), 200):
         enc = tok(text[i:i + 200], return_tensors="pt", padding=True)
         with torch.no_grad():
-            out = theirs.generate(**enc, forced_bos_token_id=tok.get_lang_id(tgt), max_length=MAX_LENGTH, **kwargs)
+            out = theirs.generate(**enc, forced_bos_token_id=forced, max_length=MAX_LENGTH, **kwargs)
         for row in out.tolist():
-            assert row[:2] == [theirs.config.decoder_start_token_id, tok.get_lang_id(tgt)]
+            assert row[:2] == [theirs.config.decoder_start_token_id, forced]
             body = row[2:]
             ended = theirs.config.eos_token_id in body
             text_ids = body[:body.index(theirs.config.eos_token_id)] if ended else body
-            outputs.append([t for t in text_ids if t != tok.get_lang_id(tgt)])
+            outputs.append([t for t in text_ids if t != forced])
             at_limit.append(len(row) == MAX_LENGTH and (not ended or body.index(theirs.config.eos_token_id) ==
                                                         len(body) - 1))
     return outputs, at_limit
@@ -211,7 +212,7 @@ def test_outputs_equal_generate_on_200_sentences(beam, made, data_dir):
         translator = Translator.load(str(imported), source_lang=src, target_lang=tgt, device="cpu", beam=beam,
                                      lenpen=0.0, **SAME_AS_HF)
         got = translate_ids(translator, text)
-        want, at_limit = generate_ids(theirs, tok, text, tgt, num_beams=beam, length_penalty=0.0,
+        want, at_limit = generate_ids(theirs, tok, text, tok.get_lang_id(tgt), num_beams=beam, length_penalty=0.0,
                                       early_stopping=True)
         compared = [i for i in range(len(text)) if beam == 1 or not at_limit[i]]
         assert len(compared) >= 0.8 * n
@@ -300,16 +301,63 @@ def test_refusals_name_the_config_key(key, value, made, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_an_nllb_tokenizer_is_refused_by_name(made, tmp_path):
-    """NLLB's dense models are M2M-100 models, but NllbTokenizer lays out its vocabulary and language tokens
-    (eng_Latn) otherwise: refused naming tokenizer_class, rather than imported with wrong ids."""
+@pytest.fixture(scope="module")
+def nllb(made, tmp_path_factory):
+    """An NLLB-style model: a random M2M-100 model (2+2 layers, d_model 16) with an ``NllbTokenizer`` over
+    the same sentencepiece model (202 language codes such as eng_Latn, ``<mask>``, 4 rows no token names),
+    written by Transformers, and our import of it."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    work = tmp_path_factory.mktemp("nllb")
+    tok = NllbTokenizer(vocab_file=str(made["spm"]))
+    tok.save_pretrained(work / "hf")
+    cfg = M2M100Config(vocab_size=len(tok) + 4, d_model=16, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=32,
+                       decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2, init_std=1.0)
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        model.model.shared.weight[cfg.eos_token_id] *= 3
+    model.save_pretrained(work / "hf")
+    import_m2m100(str(work / "hf"), str(work / "nllb.nmt"))
+    return work / "hf", work / "nllb.nmt"
+
+
+def test_an_nllb_model_imports_and_translates_as_generate(nllb, data_dir):
+    """NllbTokenizer's ids (no vocab.json; pieces at their sentencepiece id + 1, the eng_Latn … codes where
+    tokenizer_config.json puts them): the dictionary holds every id of the tokenizer, sources are tagged as
+    it tags them, and greedy outputs on 50 sentences equal generate(forced_bos_token_id=deu_Latn)'s."""
+    from transformers import M2M100ForConditionalGeneration, NllbTokenizer
+
+    from nmt_toolkit.generation.translator import Translator
+
+    folder, imported = nllb
+    theirs = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
+    tok = NllbTokenizer.from_pretrained(folder, src_lang="eng_Latn", tgt_lang="deu_Latn")
+    mf = read_model_folder(str(imported))
+    assert len(mf.languages) == 202 and "eng_Latn" in mf.languages and len(mf.src_dict) == theirs.config.vocab_size
+    ids = list(range(len(tok)))
+    named = [f"__{t}__" if t in mf.languages else t for t in tok.convert_ids_to_tokens(ids)]
+    assert [mf.src_dict[i] for i in ids] == named
+    text = lines(data_dir, "en", 50)
+    translator = Translator.load(str(imported), source_lang="eng_Latn", target_lang="deu_Latn", device="cpu", beam=1,
+                                 lenpen=0.0, **SAME_AS_HF)
+    assert [x.tolist() for x in translator.encode(text)] == tok(text)["input_ids"]
+    assert translator.task.decoder_token() == tok.convert_tokens_to_ids("deu_Latn")
+    want, _ = generate_ids(theirs, tok, text, tok.convert_tokens_to_ids("deu_Latn"), num_beams=1)
+    assert translate_ids(translator, text) == want
+    assert len({tuple(x) for x in want}) > 25
+
+
+def test_an_nllb_legacy_layout_is_refused_by_name(nllb, tmp_path):
+    """NllbTokenizer's legacy_behaviour puts the source language's token after </s>, where our tags never go:
+    refused naming the key, rather than imported to translate wrongly."""
     import shutil
 
     folder = tmp_path / "m"
-    shutil.copytree(made["variant"][0], folder)
+    shutil.copytree(nllb[0], folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "NllbTokenizer"}))
-    with pytest.raises(DataError, match='tokenizer_class="NllbTokenizer" is not imported'):
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "legacy_behaviour": True}))
+    with pytest.raises(DataError, match="legacy_behaviour=true"):
         import_m2m100(str(folder), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 

@@ -12,7 +12,10 @@ sentencepiece pieces); ``M2M100Tokenizer`` gives the language tokens ``__en__`` 
 order of its language-code list (``tokenizer_config.json`` ``language_codes``: ``m2m100``'s 100 codes or
 ``wmt21``'s 8), and the embedding matrix has a few more rows that no token names (fairseq pads its
 dictionary with ``madeupword0000`` …, the names they get here). The rows are put in our dictionary order
-(:func:`~nmt_toolkit.export.marian_import.dictionary_order`, the identity for fairseq's order).
+(:func:`~nmt_toolkit.export.marian_import.dictionary_order`, the identity for fairseq's order). NLLB-200's
+dense models are the same architecture with an ``NllbTokenizer``: no vocab.json, the sentencepiece pieces
+at their id + 1 after the same four symbols, and the language codes (``eng_Latn``) and ``<mask>`` at the ids
+tokenizer_config.json records (:func:`nllb_vocabulary`).
 
 The folder is a multilingual one (``docs/multilingual.md``): its languages are the tokenizer's, every
 direction between them is listed, sources start with the source language's token (``encoder_langtok src``:
@@ -80,7 +83,8 @@ def _embedding_rows(weights: dict, path: str) -> int:
 
 def read_m2m100_folder(path: str) -> M2M100Folder:
     """Read the files of an ``M2M100ForConditionalGeneration`` folder (``save_pretrained``'s, or a Hub
-    download): config.json, the weights, vocab.json, sentencepiece.bpe.model, tokenizer_config.json."""
+    download): config.json, the weights, sentencepiece.bpe.model, tokenizer_config.json, and vocab.json for
+    an M2M100Tokenizer (an NllbTokenizer has none)."""
     if not os.path.isdir(path):
         raise DataError(f"--path {path}: not a folder (a Hugging Face M2M100ForConditionalGeneration folder is "
                         f"expected)")
@@ -91,25 +95,67 @@ def read_m2m100_folder(path: str) -> M2M100Folder:
                                                               "expert layers have no place in our transformer)")
     tok_path = os.path.join(path, "tokenizer_config.json")
     tokenizer_config = _json(tok_path, "the tokenizer config") if os.path.isfile(tok_path) else {}
-    if str(tokenizer_config.get("tokenizer_class", "")).startswith("Nllb"):
-        raise DataError(f"{tok_path}: tokenizer_class={json.dumps(tokenizer_config['tokenizer_class'])} is not "
-                        f"imported (NLLB's language tokens are the codes themselves, eng_Latn, and its vocabulary "
-                        f"is the sentencepiece model's; only M2M100Tokenizer folders are)")
     spm = os.path.join(path, SPM_FILE)
     if not os.path.isfile(spm):
-        raise DataError(f"{path}: {SPM_FILE} is missing (M2M100Tokenizer's sentencepiece model)")
+        raise DataError(f"{path}: {SPM_FILE} is missing (the tokenizer's sentencepiece model)")
     if not any(os.path.isfile(os.path.join(path, name)) for name in ("model.safetensors", "pytorch_model.bin")):
         raise DataError(f"{path}: no model.safetensors or pytorch_model.bin (not an M2M100ForConditionalGeneration "
                         f"folder)")
     weights = _prefixed(read_weights(path))
-    codes = tokenizer_config.get("language_codes", "m2m100")
-    if codes not in LANGUAGE_CODES:
-        raise DataError(f"{tok_path}: language_codes={json.dumps(codes)} is not one of M2M100Tokenizer's "
-                        f"({', '.join(LANGUAGE_CODES)})")
-    vocab = full_vocabulary(_vocab(os.path.join(path, "vocab.json")), LANGUAGE_CODES[codes],
-                            _embedding_rows(weights, path), config, tokenizer_config, path)
-    return M2M100Folder(path=path, config=config, weights=weights, vocab=vocab, languages=list(LANGUAGE_CODES[codes]),
-                        spm=spm, tokenizer_config=tokenizer_config)
+    rows = _embedding_rows(weights, path)
+    if str(tokenizer_config.get("tokenizer_class", "")).startswith("Nllb"):
+        vocab, languages = nllb_vocabulary(spm, tokenizer_config, rows, config, path)
+    else:
+        codes = tokenizer_config.get("language_codes", "m2m100")
+        if codes not in LANGUAGE_CODES:
+            raise DataError(f"{tok_path}: language_codes={json.dumps(codes)} is not one of M2M100Tokenizer's "
+                            f"({', '.join(LANGUAGE_CODES)})")
+        languages = list(LANGUAGE_CODES[codes])
+        vocab = full_vocabulary(_vocab(os.path.join(path, "vocab.json")), languages, rows, config, tokenizer_config,
+                                path)
+    return M2M100Folder(path=path, config=config, weights=weights, vocab=vocab, languages=languages, spm=spm,
+                        tokenizer_config=tokenizer_config)
+
+
+def nllb_vocabulary(spm: str, tokenizer_config: dict, rows: int, config: dict, path: str) -> tuple[list, list]:
+    """Every embedding row's token and the languages of an NllbTokenizer folder. Its ids are fairseq's: ``<s>
+    <pad> </s> <unk>`` at 0–3, sentencepiece piece ``i`` (from 3 on) at ``i + 1``, then the tokens
+    tokenizer_config.json records with their ids (``added_tokens_decoder``): the language codes
+    (``additional_special_tokens``, ``eng_Latn`` …) and ``<mask>``. A language code's token is named as
+    fairseq's NLLB dictionary names it, ``__eng_Latn__`` (names do not reach the model; ids do)."""
+    import sentencepiece
+
+    tok_path = os.path.join(path, "tokenizer_config.json")
+    if tokenizer_config.get("legacy_behaviour"):
+        raise DataError(f"{tok_path}: legacy_behaviour=true (the source language's token after </s>) is not "
+                        f"imported; our multilingual models put it first")
+    codes = [c for c in tokenizer_config.get("additional_special_tokens") or [] if isinstance(c, str)]
+    if not codes:
+        raise DataError(f"{tok_path}: lists no language codes (additional_special_tokens)")
+    processor = sentencepiece.SentencePieceProcessor(model_file=spm)
+    tokens = {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"}
+    tokens.update({i + 1: processor.id_to_piece(i) for i in range(3, processor.get_piece_size())})
+    added = {}
+    for index, entry in (tokenizer_config.get("added_tokens_decoder") or {}).items():
+        content = entry.get("content") if isinstance(entry, dict) else None
+        if content in tokens.values() and tokens.get(int(index)) != content:
+            raise DataError(f"{tok_path}: gives {content!r} id {index}, which the sentencepiece model's layout "
+                            f"does not")
+        added[int(index)] = content
+    missing = [code for code in codes if code not in added.values()]
+    if missing:
+        raise DataError(f"{tok_path}: added_tokens_decoder gives no id to the language code(s) "
+                        f"{', '.join(missing[:5])} (a config written before Transformers recorded them; save the "
+                        f"tokenizer again with save_pretrained)")
+    tokens.update({i: language_token(t) if t in codes else t for i, t in added.items()})
+    if config.get("vocab_size", rows) != rows or max(tokens) >= rows:
+        _refuse(os.path.join(path, "config.json"), "vocab_size", config.get("vocab_size", rows),
+                f"the embeddings have {rows} rows, the tokenizer's ids reach {max(tokens)}")
+    vocab, unnamed = [], 0
+    for i in range(rows):
+        vocab.append(tokens.get(i) or MADEUP_WORD.format(unnamed))
+        unnamed += i not in tokens
+    return vocab, codes
 
 
 def full_vocabulary(vocab: list, codes: list, rows: int, config: dict, tokenizer_config: dict, path: str) -> list:
