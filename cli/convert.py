@@ -12,9 +12,9 @@ model folder.
 
 With --from marian, --path is a MarianMTModel folder (config.json, model.safetensors or pytorch_model.bin,
 vocab.json, source.spm, target.spm, tokenizer_config.json) and --output becomes a model folder; see
-docs/pretrained-models.md. With --from m2m100, --path is an M2M100ForConditionalGeneration folder (config.json,
-model.safetensors or pytorch_model.bin, vocab.json, sentencepiece.bpe.model, tokenizer_config.json) and
---output a multilingual model folder (every language of its tokenizer).
+docs/pretrained-models.md. With --from m2m100, --path is an M2M100ForConditionalGeneration folder (M2M-100 or
+NLLB-200: config.json, model.safetensors or pytorch_model.bin, sentencepiece.bpe.model, tokenizer_config.json,
+vocab.json for M2M100Tokenizer) and --output a multilingual model folder (every language of its tokenizer).
 
 The checkpoint is read without fairseq and without running pickled code (a restricted unpickler: tensors,
 containers, argparse.Namespace and omegaconf trees only). The model options are taken from the file's
