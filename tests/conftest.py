@@ -60,3 +60,11 @@ def trained_translation(tmp_path_factory):
     from trained_model import train_models
 
     return train_models(tmp_path_factory.mktemp("trained"))
+
+
+@pytest.fixture(scope="session")
+def multi30k_learning_run(data_dir, tmp_path_factory):
+    """tests/multi30k_tiny.py's run (the parity learning recipe on real Multi30k), trained once a session."""
+    from multi30k_tiny import train_learning_run
+
+    return train_learning_run(data_dir, tmp_path_factory.mktemp("learning"))

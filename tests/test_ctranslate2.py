@@ -100,33 +100,6 @@ def test_engine_names_the_options_it_lacks():
 
 # ---------------------------------------------------------------------- a model trained on Multi30k
 
-@pytest.fixture(scope="module")
-def multi30k_model(tmp_path_factory, data_dir):
-    """transformer_tiny, 300 updates on 10,000 Multi30k pairs (sentencepiece 1000), test = test_2016_flickr."""
-    from nmt_toolkit.cli.preprocess import run as preprocess
-    from nmt_toolkit.cli.train import run as train
-
-    root = tmp_path_factory.mktemp("ct2")
-    raw = root / "raw"
-    raw.mkdir()
-    for split, name, n in (("train", "train", 10000), ("valid", "val", 200), ("test", "test_2016_flickr", 1000)):
-        for lang in ("en", "de"):
-            lines = (data_dir / "multi30k" / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
-            (raw / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    dest = root / "bin"
-    assert preprocess(["--source-lang", "en", "--target-lang", "de", "--trainpref", str(raw / "train"),
-                       "--validpref", str(raw / "valid"), "--testpref", str(raw / "test"), "--bpe", "sentencepiece",
-                       "--bpe-vocab-size", "1000", "--joined-dictionary", "--workers", "1", "--destdir", str(dest),
-                       "--no-progress-bar"]) == 0
-    ck = root / "ck"
-    assert train([str(dest), "--arch", "transformer_tiny", "--share-all-embeddings", "--optimizer", "adam",
-                  "--adam-betas", "0.9,0.98", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates",
-                  "60", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens",
-                  "3000", "--max-update", "300", "--no-epoch-checkpoints", "--save-dir", str(ck),
-                  "--log-format", "json", "--disable-validation"]) == 0
-    return dest, ck / "checkpoint_last.pt", raw
-
-
 def _generate(data, path, out, *extra):
     from nmt_toolkit.cli.generate import run as generate
 
@@ -140,14 +113,14 @@ def _generate(data, path, out, *extra):
 
 
 @pytest.mark.slow
-def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_model, tmp_path):
+def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_learning_run, tmp_path):
     """Exported with quantization none, >= 98 % of the 1,000 test hypotheses identical to
     the torch engine's, BLEU (sacreBLEU) within 0.3; int8 within 1.0 BLEU of float32."""
     import sacrebleu
 
     from nmt_toolkit.cli.export import run as export_cli
 
-    data, ck, raw = multi30k_model
+    data, ck, raw = multi30k_learning_run.data, multi30k_learning_run.checkpoint, multi30k_learning_run.raw
     refs = (raw / "test.de").read_text(encoding="utf-8").splitlines()
     ours, ours_d = _generate(data, ck, tmp_path / "torch")
     for q in ("none", "int8"):
