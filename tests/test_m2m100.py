@@ -242,6 +242,10 @@ def test_nmt_generate_translates_the_folder(made, data_dir, tmp_path, capsys):
                                  max_len_a=0.0, max_len_b=20)
     assert [printed[i] for i in range(len(text))] == [r.hypotheses[0].pieces for r in translator.translate(text)]
     assert not any("__de__" in p.split()[:1] for p in printed.values())
+    # without a direction: one line naming the languages and how many directions (not all 9,900 of them)
+    assert generate(["--path", str(imported), "--input", str(tmp_path / "in.en"), "--target-lang", "de"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "between af, am, ar" in err[0] and "(trained on 9900 directions)" in err[0]
 
 
 # ---------------------------------------------------------------------------- safety and refusals

@@ -186,9 +186,10 @@ class MultilingualTranslationTask(TranslationTask):
         a token, the directions trained or not (zero-shot); an unknown one is one line naming the known."""
         task = cls.setup_task(cfg)
         known = ", ".join(task.langs)
-        if not cfg.source_lang or not cfg.target_lang:
+        if not cfg.source_lang or not cfg.target_lang:  # an imported many-to-many model lists every direction
+            trained = cfg.lang_pairs if len(task.pairs) <= 12 else f"{len(task.pairs)} directions"
             raise UsageError(f"--source-lang and --target-lang: a multilingual model translates between {known} "
-                             f"(trained on {cfg.lang_pairs}); name the direction")
+                             f"(trained on {trained}); name the direction")
         for flag, lang in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang)):
             if lang not in task.langs:
                 raise UsageError(f"{flag} {lang}: not a language of this model; it knows {known}")
