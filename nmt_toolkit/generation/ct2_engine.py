@@ -177,6 +177,12 @@ class CTranslate2Generator:
             options.update(beam_size=1, sampling_topk=0 if gen.sampling_topk < 1 else gen.sampling_topk,
                            sampling_topp=1.0 if gen.sampling_topp <= 0 else gen.sampling_topp,
                            sampling_temperature=gen.temperature)
+        # CTranslate2 counts a forced prefix's log-probabilities as 0 (decoding.cc), so with a length penalty
+        # it ranks finished hypotheses of different lengths otherwise than the torch engine, which counts them
+        # (a language tag is such a prefix): take the whole final beam and rank it by the scores with them
+        rank_beam = prefixes is not None and gen.lenpen != 0 and gen.beam > gen.nbest and not gen.sampling
+        if rank_beam:
+            options["num_hypotheses"] = gen.beam
         found = self._search_together(sources, limits, prefixes, options)
         for limit in sorted({limits[i] for i, hyps in enumerate(found) if hyps is None}):
             idx = [i for i, hyps in enumerate(found) if hyps is None and limits[i] == limit]
@@ -185,13 +191,13 @@ class CTranslate2Generator:
                 max_decoding_length=limit, **options)
             for i, result in zip(idx, results):
                 found[i] = list(zip(result.hypotheses, result.scores))
-        out = self._hypotheses(sources, found)
+        out = self._hypotheses(sources, found, self.scores or rank_beam)
         cut = [i for i, hyps in enumerate(out) if any(len(h["tokens"]) > limits[i] for h in hyps)]
         if cut and not gen.sampling:
             self._rerank_at_the_limit(cut, sources, limits, prefixes, options, out)
         for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
             hyps.sort(key=lambda h: -h["score"])
-        return out
+        return [hyps[: gen.nbest] for hyps in out]
 
     def _search_together(self, sources, limits, prefixes, options) -> list:
         """One ``translate_batch`` call for sentences of different length limits, under the largest: a
@@ -203,7 +209,7 @@ class CTranslate2Generator:
         length penalty a sentence stops at the step where its finished hypotheses reach ``--beam`` (fewer:
         greedy), and asked for all ``--beam`` of them it returns at least one finished at that step: the
         longest returned is its last step. A sentence that stopped two steps before its own limit decoded as
-        under that limit; its first ``--nbest`` are those a call asking for ``--nbest`` returns. Without a
+        under that limit; its first hypotheses are those a call asking for fewer returns. Without a
         length penalty the stop depends on ``--nbest`` and a beam's last step cannot be read from its result;
         sampling draws from one random stream: both keep one call per limit."""
         gen = self.gen
@@ -215,20 +221,20 @@ class CTranslate2Generator:
             **{**options, "num_hypotheses": gen.beam if gen.beam > 1 else gen.nbest})
         for i, result in enumerate(results):
             if result.hypotheses and max(len(hyp) for hyp in result.hypotheses) <= limits[i] - 2:
-                found[i] = list(zip(result.hypotheses, result.scores))[: gen.nbest]
+                found[i] = list(zip(result.hypotheses, result.scores))[: options["num_hypotheses"]]
         return found
 
-    def _hypotheses(self, sources, found) -> list[list[dict]]:
+    def _hypotheses(self, sources, found, scores: bool) -> list[list[dict]]:
         """Each sentence's ``(symbols, CTranslate2 score)`` as hypothesis dicts, scored by ``score_batch`` in
-        one call (unless scores are not wanted)."""
+        one call (unless ``scores`` are not wanted)."""
         pairs = [(i, hyp, score) for i, hyps in enumerate(found) for hyp, score in hyps]
-        if self.scores:
+        if scores:
             scored = self.translator.score_batch([sources[i] for i, _, _ in pairs], [h for _, h, _ in pairs],
                                                  max_input_length=self.model.rows)
         out: list = [[] for _ in sources]
         for k, (i, hyp, score) in enumerate(pairs):
             ids = self._ids(hyp)
-            if self.scores:
+            if scores:
                 out[i].append(self._hypothesis(ids, scored[k].log_probs))
             else:  # CTranslate2's own search score; per-token scores are not computed (not printed)
                 out[i].append({"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
