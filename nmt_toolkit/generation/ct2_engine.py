@@ -18,8 +18,10 @@ torch engine forces there), ``--sampling`` → random sampling (``sampling_topk`
 
 Language tags (a multilingual model): the source's tag is a token of the source the task built, passed on
 as it is; the target's tag is the search's forced first token, i.e. CTranslate2's ``target_prefix``, which
-CTranslate2 returns at the head of each hypothesis and scores, as the torch engine does; the translator
-drops it from the output for both engines.
+CTranslate2 returns at the head of each hypothesis; the translator drops it from the output for both
+engines. CTranslate2's search counts a prefix's log-probabilities as 0, the torch engine's counts them: with a
+length penalty that ranks hypotheses of different lengths otherwise, so the whole final beam is taken and
+ranked by ``score_batch``'s scores, the prefix included.
 
 Length penalty. CTranslate2 ranks a finished hypothesis by ``sum(log p) / |Y|^alpha`` with ``|Y|`` counting
 the end token — fairseq's style, our ``--lenpen-style fairseq`` (checked: the same 40 of 40 hypotheses and
