@@ -14,7 +14,9 @@ data-bin (``nmt-preprocess --lang-pairs``), with fairseq's flags and semantics.
   remainders, so counts may differ from fairseq's by one.
 - A validation split is read as all directions together (the loss that chooses the best checkpoint) and
   also direction by direction as ``valid.en-de``, …, each logged as its own line.
-- The checkpoint's task options record the directions (``lang_pairs``) and the tag style.
+- The checkpoint's task options record the directions (``lang_pairs``) and the tag style; a multilingual
+  model folder (``model_folder.py``) records them too and, given as the data folder, sets up the task alone
+  (:meth:`MultilingualTranslationTask.from_model_folder`).
 - Decoding (:meth:`MultilingualTranslationTask.setup_decoding`) translates one direction ``--source-lang`` →
   ``--target-lang``, any two of the model's languages (zero-shot ones too): sources get their tag from
   :meth:`~MultilingualTranslationTask.language_tokens` and :func:`prepend`, as training items do, and the
