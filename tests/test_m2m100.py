@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -77,7 +78,10 @@ def write_hf_model(folder: pathlib.Path, spm_model: pathlib.Path, language_codes
     model = M2M100ForConditionalGeneration(cfg).eval()
     with torch.no_grad():
         model.model.shared.weight[cfg.eos_token_id] *= 3
-    model.save_pretrained(folder, safe_serialization=safetensors)
+    model.save_pretrained(folder)
+    if not safetensors:  # what older Transformers versions (and many Hub folders) hold: a pickled state dict
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
 
 
 @pytest.fixture(scope="module")
@@ -259,8 +263,6 @@ class _Payload:
 
 
 def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(made, tmp_path):
-    import shutil
-
     folder = tmp_path / "evil"
     shutil.copytree(made["variant"][0], folder)
     weights = torch.load(folder / "pytorch_model.bin", weights_only=True)
@@ -293,8 +295,6 @@ REFUSALS = [("model_type", "nllb-moe"), ("activation_function", "tanh"), ("decod
 @pytest.mark.parametrize("key,value", REFUSALS, ids=[k for k, _ in REFUSALS])
 def test_refusals_name_the_config_key(key, value, made, tmp_path):
     """What our transformer cannot reproduce is one error naming config.json's key; nothing is written."""
-    import shutil
-
     folder = tmp_path / "m"
     shutil.copytree(made["m2m100"][0], folder)
     config = json.loads((folder / "config.json").read_text())
@@ -315,6 +315,8 @@ def nllb(made, tmp_path_factory):
     work = tmp_path_factory.mktemp("nllb")
     tok = NllbTokenizer(vocab_file=str(made["spm"]))
     tok.save_pretrained(work / "hf")
+    if not (work / "hf" / "sentencepiece.bpe.model").is_file():  # a tokenizers-only save: Hub folders have it
+        shutil.copyfile(made["spm"], work / "hf" / "sentencepiece.bpe.model")
     cfg = M2M100Config(vocab_size=len(tok) + 4, d_model=16, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=32,
                        decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2, init_std=1.0)
     torch.manual_seed(0)
@@ -353,15 +355,19 @@ def test_an_nllb_model_imports_and_translates_as_generate(nllb, data_dir):
 
 
 def test_an_nllb_legacy_layout_is_refused_by_name(nllb, tmp_path):
-    """NllbTokenizer's legacy_behaviour puts the source language's token after </s>, where our tags never go:
-    refused naming the key, rather than imported to translate wrongly."""
-    import shutil
-
+    """NllbTokenizer's legacy_behaviour puts the source language's token after </s>, where our tags never go,
+    and a config without the codes' ids leaves them unknown: refused by name, rather than imported to
+    translate wrongly."""
     folder = tmp_path / "m"
     shutil.copytree(nllb[0], folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "legacy_behaviour": True}))
     with pytest.raises(DataError, match="legacy_behaviour=true"):
+        import_m2m100(str(folder), str(tmp_path / "out"))
+    # a tokenizer config that does not record the codes' ids (older saves): refused, not guessed
+    (folder / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                              if k != "added_tokens_decoder"}))
+    with pytest.raises(DataError, match="records no language code such as eng_Latn"):
         import_m2m100(str(folder), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
@@ -369,8 +375,6 @@ def test_an_nllb_legacy_layout_is_refused_by_name(nllb, tmp_path):
 def test_nmt_convert_refuses_in_one_line(made, tmp_path):
     """The program: exit status 2, one line naming the key, no traceback, nothing written; then it converts
     the untouched folder."""
-    import shutil
-
     folder = tmp_path / "m"
     shutil.copytree(made["variant"][0], folder)
     config = json.loads((folder / "config.json").read_text())

@@ -15,7 +15,7 @@ dictionary with ``madeupword0000`` …, the names they get here). The rows are p
 (:func:`~nmt_toolkit.export.marian_import.dictionary_order`, the identity for fairseq's order). NLLB-200's
 dense models are the same architecture with an ``NllbTokenizer``: no vocab.json, the sentencepiece pieces
 at their id + 1 after the same four symbols, and the language codes (``eng_Latn``) and ``<mask>`` at the ids
-tokenizer_config.json records (:func:`nllb_vocabulary`).
+the tokenizer's files record (:func:`nllb_vocabulary`).
 
 The folder is a multilingual one (``docs/multilingual.md``): its languages are the tokenizer's, every
 direction between them is listed, sources start with the source language's token (``encoder_langtok src``:
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 
 from nmt_toolkit.errors import DataError
@@ -43,6 +44,7 @@ LANGUAGE_CODES = {
                "zh zu").split(),
     "wmt21": "en ha is ja cs ru zh de".split(),
 }
+FLORES_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # NLLB's language codes (FLORES-200): eng_Latn, zho_Hans …
 MADEUP_WORD = "madeupword{:04d}"  # fairseq's name for the rows that round a dictionary's size up
 SPM_FILE = "sentencepiece.bpe.model"
 #: the sinusoid tables older Transformers versions saved with the weights (recomputed, as Transformers does now)
@@ -119,34 +121,29 @@ def read_m2m100_folder(path: str) -> M2M100Folder:
 
 def nllb_vocabulary(spm: str, tokenizer_config: dict, rows: int, config: dict, path: str) -> tuple[list, list]:
     """Every embedding row's token and the languages of an NllbTokenizer folder. Its ids are fairseq's: ``<s>
-    <pad> </s> <unk>`` at 0–3, sentencepiece piece ``i`` (from 3 on) at ``i + 1``, then the tokens
-    tokenizer_config.json records with their ids (``added_tokens_decoder``): the language codes
-    (``additional_special_tokens``, ``eng_Latn`` …) and ``<mask>``. A language code's token is named as
-    fairseq's NLLB dictionary names it, ``__eng_Latn__`` (names do not reach the model; ids do)."""
+    <pad> </s> <unk>`` at 0–3, sentencepiece piece ``i`` (from 3 on) at ``i + 1``, then the added tokens at
+    the ids the folder records (:func:`added_tokens`): the FLORES-200 language codes (``eng_Latn`` …, in id
+    order) and ``<mask>``. A language code's token is named as fairseq's NLLB dictionary names it,
+    ``__eng_Latn__`` (names do not reach the model; ids do)."""
     import sentencepiece
 
     tok_path = os.path.join(path, "tokenizer_config.json")
     if tokenizer_config.get("legacy_behaviour"):
         raise DataError(f"{tok_path}: legacy_behaviour=true (the source language's token after </s>) is not "
                         f"imported; our multilingual models put it first")
-    codes = [c for c in tokenizer_config.get("additional_special_tokens") or [] if isinstance(c, str)]
-    if not codes:
-        raise DataError(f"{tok_path}: lists no language codes (additional_special_tokens)")
     processor = sentencepiece.SentencePieceProcessor(model_file=spm)
     tokens = {0: "<s>", 1: "<pad>", 2: "</s>", 3: "<unk>"}
     tokens.update({i + 1: processor.id_to_piece(i) for i in range(3, processor.get_piece_size())})
-    added = {}
-    for index, entry in (tokenizer_config.get("added_tokens_decoder") or {}).items():
-        content = entry.get("content") if isinstance(entry, dict) else None
-        if content in tokens.values() and tokens.get(int(index)) != content:
-            raise DataError(f"{tok_path}: gives {content!r} id {index}, which the sentencepiece model's layout "
-                            f"does not")
-        added[int(index)] = content
-    missing = [code for code in codes if code not in added.values()]
-    if missing:
-        raise DataError(f"{tok_path}: added_tokens_decoder gives no id to the language code(s) "
-                        f"{', '.join(missing[:5])} (a config written before Transformers recorded them; save the "
-                        f"tokenizer again with save_pretrained)")
+    added = added_tokens(path, tokenizer_config)
+    for index, content in added.items():
+        if content in tokens.values() and tokens.get(index) != content:
+            raise DataError(f"{path}: the tokenizer gives {content!r} id {index}, which the sentencepiece model's "
+                            f"layout does not")
+    codes = [added[i] for i in sorted(added) if FLORES_CODE.fullmatch(added[i])]
+    if not codes:
+        raise DataError(f"{tok_path}: the tokenizer records no language code such as eng_Latn with its id "
+                        f"(added_tokens_decoder, or tokenizer.json's added_tokens); save it again with a current "
+                        f"Transformers")
     tokens.update({i: language_token(t) if t in codes else t for i, t in added.items()})
     if config.get("vocab_size", rows) != rows or max(tokens) >= rows:
         _refuse(os.path.join(path, "config.json"), "vocab_size", config.get("vocab_size", rows),
@@ -156,6 +153,26 @@ def nllb_vocabulary(spm: str, tokenizer_config: dict, rows: int, config: dict, p
         vocab.append(tokens.get(i) or MADEUP_WORD.format(unnamed))
         unnamed += i not in tokens
     return vocab, codes
+
+
+def added_tokens(path: str, tokenizer_config: dict) -> dict:
+    """id → content of the tokens a Hugging Face tokenizer adds to its model's vocabulary, as
+    tokenizer_config.json (``added_tokens_decoder``) and tokenizer.json (``added_tokens``) record them; the
+    two disagreeing is refused."""
+    added = {}
+    for index, entry in (tokenizer_config.get("added_tokens_decoder") or {}).items():
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(index).isdigit():
+            added[int(index)] = entry["content"]
+    tok_json = os.path.join(path, "tokenizer.json")
+    if os.path.isfile(tok_json):
+        for entry in _json(tok_json, "the tokenizer").get("added_tokens") or []:
+            if not (isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(entry.get("content"),
+                                                                                             str)):
+                continue
+            if added.setdefault(entry["id"], entry["content"]) != entry["content"]:
+                raise DataError(f"{tok_json}: gives id {entry['id']} to {entry['content']!r}, tokenizer_config.json "
+                                f"to {added[entry['id']]!r}")
+    return added
 
 
 def full_vocabulary(vocab: list, codes: list, rows: int, config: dict, tokenizer_config: dict, path: str) -> list:
