@@ -5,12 +5,14 @@
     nmt-serve data-bin/m30k --path exported-ct2/ --engine ctranslate2 --port 5000
     nmt-serve --path m30k-model                                   # a model folder needs no data-bin
     nmt-serve --path en-de-model --also en-fr-model               # several pairs, one model folder each
+    nmt-serve data-bin/multi --path ck/multi.pt                   # a multilingual model: every direction
     curl -s localhost:8000/translate -H 'Content-Type: application/json' \\
          -d '{"q": "A dog runs on the beach.", "source": "en", "target": "de"}'
 
 The model loads as nmt-generate loads it (a checkpoint with its data-bin, an ensemble a.pt:b.pt, a model
-folder, or an nmt-export CTranslate2 folder with --engine ctranslate2); its generation options are the server's defaults,
-which /v1/translate requests may override. Requests that arrive together are decoded in one batch (up to
+folder, or an nmt-export CTranslate2 folder with --engine ctranslate2); a multilingual model serves every
+direction between its languages (no --source-lang/--target-lang needed), each request naming source and
+target. Its generation options are the server's defaults, which /v1/translate requests may override. Requests that arrive together are decoded in one batch (up to
 --max-batch-tokens, waiting at most --max-wait-ms). The server listens on 127.0.0.1 unless --host says
 otherwise, and on SIGTERM answers the requests in flight, then exits 0. See docs/serving.md.
 """
@@ -50,24 +52,48 @@ def serve_command(configs: dict) -> int:
 
 
 def _load_models(configs: dict) -> list:
-    """The model of --path (with DATA), then each --also model folder, as one ServedModel per language pair."""
+    """The model of --path (with DATA), then each --also model folder: a bilingual model serves its pair, a
+    multilingual one every direction between its languages (one translator, the weights loaded once)."""
     import dataclasses
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.serving.models import ServedModel
 
-    first = load_translator({**configs, "io": configs["device"]}, need_attn=False)
-    models = [ServedModel(first.task.cfg.source_lang, first.task.cfg.target_lang, first)]
+    models = [_served({**configs, "task": _any_direction(configs["task"], configs["generation"].path)})]
     for folder in configs["serve"].also:
         task = dataclasses.replace(configs["task"], data=None, source_lang=None, target_lang=None)
         gen = dataclasses.replace(configs["generation"], path=folder)
-        translator = load_translator({**configs, "task": task, "generation": gen, "io": configs["device"]},
-                                     need_attn=False)
-        pair = (translator.task.cfg.source_lang, translator.task.cfg.target_lang)
-        if any((m.source, m.target) == pair for m in models):
-            raise UsageError(f"--also {folder}: {pair[0]}-{pair[1]} is served already (one model per pair)")
-        models.append(ServedModel(*pair, translator))
+        model = _served({**configs, "task": _any_direction(task, folder), "generation": gen})
+        twice = [f"{s}-{t}" for s, t in model.pairs() if any(m.serves(s, t) for m in models)]
+        if twice:
+            raise UsageError(f"--also {folder}: {', '.join(twice[:3])} is served already (one model per pair)")
+        models.append(model)
     return models
+
+
+def _served(configs: dict):
+    """The loaded model of ``configs`` as what the server serves (a ServedModel or a MultilingualModel)."""
+    from nmt_toolkit.serving.models import MultilingualModel, ServedModel
+
+    translator = load_translator({**configs, "io": configs["device"]}, need_attn=False)
+    if getattr(translator.task, "direction", None) is not None:
+        return MultilingualModel(translator)
+    return ServedModel(translator.task.cfg.source_lang, translator.task.cfg.target_lang, translator)
+
+
+def _any_direction(task, path: str):
+    """``task`` with a direction to load a multilingual model with when none is named (its first trained one;
+    every direction is served anyway); other models' options unchanged."""
+    import dataclasses
+
+    from nmt_toolkit.generation.translator import recorded_task
+
+    if task.source_lang and task.target_lang:
+        return task
+    recorded = recorded_task(path.split(":")[0]) if path else None
+    if not recorded or not recorded.get("lang_pairs"):
+        return task  # not multilingual, or the task's own error names what is missing
+    source, target = recorded["lang_pairs"].split(",")[0].split("-")
+    return dataclasses.replace(task, source_lang=task.source_lang or source, target_lang=task.target_lang or target)
 
 
 def _workers(cfg: ServeConfig, translator) -> ServeConfig:

@@ -157,6 +157,23 @@ class Translator:
             generator = _beam_search(self.models, self.task, gen, self.engine)
         return Translator(self.task, generator, self.detokenize, self.engine, gen, self.models)
 
+    def for_direction(self, source_lang: str, target_lang: str) -> "Translator":
+        """The same loaded multilingual model translating ``source_lang`` → ``target_lang`` (any two of its
+        languages): weights, search and options are shared, only the language tokens placed differ, so one
+        loaded model serves every direction. An unknown language is one line naming the known ones."""
+        from nmt_toolkit.tasks.multilingual import MultilingualTranslationTask
+
+        if not isinstance(self.task, MultilingualTranslationTask):
+            raise UsageError("choosing the direction needs a multilingual model (--task translation_multi_simple_epoch)")
+        known = ", ".join(self.task.langs)
+        for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
+            if lang not in self.task.langs:
+                raise UsageError(f"{flag} {lang}: not a language of this model; it knows {known}")
+        task = copy.copy(self.task)
+        task.cfg = dataclasses.replace(self.task.cfg, source_lang=source_lang, target_lang=target_lang)
+        task.direction, task.datasets = (source_lang, target_lang), {}
+        return Translator(task, self.generator, self.detokenize, self.engine, self.gen, self.models)
+
     def encode(self, lines: Sequence[str], what: str = "input", first: int = 1, budget: bool = True,
                unit: str = "line") -> list[np.ndarray]:
         """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended. A line
@@ -327,7 +344,7 @@ def decoding_task(cfg, path: str):
     ``cfg.target_lang``; any other the translation task."""
     from nmt_toolkit.tasks.translation import TranslationTask
 
-    recorded = _recorded_task(path.split(":")[0])
+    recorded = recorded_task(path.split(":")[0])
     if recorded is None:
         return TranslationTask.setup_task(cfg)
     from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
@@ -338,7 +355,7 @@ def decoding_task(cfg, path: str):
     return MultilingualTranslationTask.setup_decoding(MultilingualConfig(**dataclasses.asdict(cfg), **options))
 
 
-def _recorded_task(path: str) -> Optional[dict]:
+def recorded_task(path: str) -> Optional[dict]:
     """The task options a multilingual checkpoint (model folder, CTranslate2 export) records, or None for any
     other. A file is mapped, not read (``mmap``): the weights are loaded later, and a file that cannot be
     read is reported then."""

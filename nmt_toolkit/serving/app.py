@@ -119,8 +119,9 @@ def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> N
 
     @app.get("/health")
     async def health():
-        """``{"status": "ok"}`` once the models are loaded (the server listens only then)."""
-        return {"status": "ok", "models": [f"{m.source}-{m.target}" for m in service.pool.models.values()]}
+        """``{"status": "ok", "models": ["en-de", …]}`` (every direction served) once the models are loaded
+        (the server listens only then)."""
+        return {"status": "ok", "models": [f"{source}-{target}" for source, target in service.pool.pairs()]}
 
     @app.get("/metrics")
     async def prometheus_metrics():

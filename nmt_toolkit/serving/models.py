@@ -1,5 +1,6 @@
-"""The loaded models of a server, one :class:`~nmt_toolkit.generation.translator.Translator` per language
-pair, and what the batcher calls to decode a batch of one pair with one set of search options."""
+"""The loaded models of a server, one :class:`~nmt_toolkit.generation.translator.Translator` per loaded model
+(a bilingual model serves its pair, a multilingual one every direction between its languages), and what the
+batcher calls to decode a batch of one direction with one set of search options."""
 from __future__ import annotations
 
 import re
@@ -43,6 +44,19 @@ class ServedModel:
     def engine(self) -> str:
         return self.translator.engine.name
 
+    @property
+    def name(self) -> str:
+        return f"{self.source}-{self.target}"
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(self.source, self.target)]
+
+    def serves(self, source: str, target: str) -> bool:
+        return (source, target) == (self.source, self.target)
+
+    def direction(self, source: str, target: str) -> "ServedModel":
+        return self
+
     def encode(self, sentences: Sequence[str]) -> list:
         """Sentences → id arrays; a sentence the model cannot take is a 400 naming it and the limit."""
         try:
@@ -84,34 +98,75 @@ class ServedModel:
         return variant
 
 
-class ModelPool:
-    """The served language pairs; the batcher's ``decode`` dispatches a key ``(source, target, options)``."""
+class MultilingualModel:
+    """A multilingual model: one translator (the weights loaded once) serving every direction between its
+    languages, the zero-shot ones included. A direction is a :class:`ServedModel` made on first use from
+    :meth:`~nmt_toolkit.generation.translator.Translator.for_direction`: it shares the weights and differs
+    only in the language tokens, so batches are cut per direction and never mix two."""
 
-    def __init__(self, models: Sequence[ServedModel]):
-        self.models = {(m.source, m.target): m for m in models}
+    def __init__(self, translator: Any):
+        self.translator = translator
+        self.languages: list[str] = list(translator.task.langs)
+        self._directions: dict[tuple[str, str], ServedModel] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> str:
+        return self.translator.engine.name
+
+    @property
+    def name(self) -> str:
+        return f"{'|'.join(self.languages)} (every direction)"
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(s, t) for s in self.languages for t in self.languages if s != t]
+
+    def serves(self, source: str, target: str) -> bool:
+        return source != target and source in self.languages and target in self.languages
+
+    def direction(self, source: str, target: str) -> ServedModel:
+        with self._lock:
+            served = self._directions.get((source, target))
+            if served is None:
+                served = ServedModel(source, target, self.translator.for_direction(source, target))
+                self._directions[(source, target)] = served
+            return served
+
+
+class ModelPool:
+    """The served models; the batcher's ``decode`` dispatches a key ``(source, target, options)``."""
+
+    def __init__(self, models: Sequence[Any]):
+        self.models = list(models)
 
     def get(self, source: str, target: str) -> ServedModel:
-        model = self.models.get((source, target))
-        if model is not None:
-            return model
-        if not any(s == source for s, _ in self.models):
+        """The direction ``source`` → ``target``; one no model serves is LibreTranslate's 400."""
+        for model in self.models:
+            if model.serves(source, target):
+                return model.direction(source, target)
+        pairs = self.pairs()
+        if not any(s == source for s, _ in pairs):
             raise RequestError(400, f"{source} is not supported")
-        if not any(t == target for _, t in self.models):
+        if not any(t == target for _, t in pairs):
             raise RequestError(400, f"{target} is not supported")
         raise RequestError(400, f"{target} is not available as a target language from {source}")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [pair for model in self.models for pair in model.pairs()]
 
     def languages(self) -> dict[str, list[str]]:
         """Every language served, each with the targets it translates into (none for a target-only one)."""
         found: dict[str, list[str]] = {}
-        for source, target in self.models:
+        pairs = self.pairs()
+        for source, target in pairs:
             found.setdefault(source, []).append(target)
-        for _, target in self.models:
+        for _, target in pairs:
             found.setdefault(target, [])
         return found
 
     def decode(self, key: Hashable, ids: Sequence) -> list[tuple]:
         source, target, options = key
-        return self.models[(source, target)].decode(options, ids)
+        return self.get(source, target).decode(options, ids)
 
 
 def _field_names(message: str) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.serving.batcher import DynamicBatcher
 from nmt_toolkit.serving.config import ServeConfig
 from nmt_toolkit.serving.metrics import ServerMetrics
-from nmt_toolkit.serving.models import ModelPool, ServedModel
+from nmt_toolkit.serving.models import ModelPool, MultilingualModel, ServedModel
 from nmt_toolkit.serving.translate import Service
 
 logger = logging.getLogger("nmt_toolkit.serve")
@@ -40,7 +40,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_service(models: Sequence[ServedModel], cfg: ServeConfig, keys: Optional[frozenset[str]] = None,
+def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: ServeConfig, keys: Optional[frozenset[str]] = None,
                   thread_setup: Optional[Callable[[], None]] = None) -> tuple[Service, ServerMetrics]:
     """The models behind a batcher with the configured limits, and the metrics that watch them."""
     metrics = ServerMetrics()
@@ -64,8 +64,8 @@ def serve(service: Service, metrics: ServerMetrics, sock: socket.socket) -> None
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     logger.info("serving %s on http://%s:%d (engine %s, batching %s)",
-                ", ".join(f"{m.source}-{m.target}" for m in service.pool.models.values()), shown, port,
-                next(iter(service.pool.models.values())).engine, "on" if service.cfg.batching else "off")
+                ", ".join(m.name for m in service.pool.models), shown, port, service.pool.models[0].engine,
+                "on" if service.cfg.batching else "off")
     # uvicorn re-raises the signal it stopped on once it has drained; a handler of ours makes that a no-op,
     # so SIGTERM ends the program with status 0 instead of killing it after the clean drain
     previous = signal.signal(signal.SIGTERM, _ignore)

@@ -30,10 +30,10 @@ class Service:
             raise RequestError(400, f"source auto: this server has no language identifier; name the source "
                                     f"language ({codes})")
         if source is None or target is None:
-            if len(self.pool.models) != 1:
+            pairs = self.pool.pairs()
+            if len(pairs) != 1:
                 raise RequestError(400, "Invalid request: name source and target (the server has several pairs)")
-            only = next(iter(self.pool.models.values()))
-            source, target = source or only.source, target or only.target
+            source, target = source or pairs[0][0], target or pairs[0][1]
         return self.pool.get(source, target)
 
     def check_size(self, texts: Sequence[str], sentences: int) -> None:
