@@ -119,9 +119,9 @@ def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> N
 
     @app.get("/health")
     async def health():
-        """``{"status": "ok", "models": ["en-de", …]}`` (every direction served) once the models are loaded
-        (the server listens only then)."""
-        return {"status": "ok", "models": [f"{source}-{target}" for source, target in service.pool.pairs()]}
+        """``{"status": "ok", "models": ["en-de", "de|en|fr (every direction)"]}`` once the models are loaded
+        (the server listens only then): a multilingual model is one entry, not its thousands of directions."""
+        return {"status": "ok", "models": [model.name for model in service.pool.models]}
 
     @app.get("/metrics")
     async def prometheus_metrics():
