@@ -129,3 +129,26 @@ def test_a_multilingual_model_folder_loads_without_a_direction_and_is_served_onc
     assert run(["--path", str(folder), "--also", str(folder), "--cpu", "--port", "0"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert errors == [f"nmt-serve: error: --also {folder}: de-en, de-fr, en-de is served already (one model per pair)"]
+
+
+def test_a_ctranslate2_export_serves_every_direction_from_one_loaded_model(tiny, tmp_path):
+    """--engine ctranslate2: the directions share the one loaded CTranslate2 model; each decodes as the
+    export loaded for that direction does (options a request sets included)."""
+    pytest.importorskip("ctranslate2")
+    from nmt_toolkit.cli.export import run as export
+    from nmt_toolkit.serving.models import ModelPool, MultilingualModel
+
+    folder = tmp_path / "ct2"
+    assert export([str(tiny.data), "--path", str(tiny.checkpoint), "--format", "ctranslate2", "--output-dir",
+                   str(folder)]) == 0
+    options = {"lenpen_style": "fairseq", "early_stop": "beam", "device": "cpu", "engine": "ctranslate2"}
+    base = Translator.load(str(folder), str(tiny.data), source_lang="en", target_lang="de", **options)
+    pool = ModelPool([MultilingualModel(base)])
+    lines = tiny.lines("de", 6)
+    for source, target, request in (("de", "fr", {}), ("de", "en", {"beam": 2, "nbest": 2})):
+        served = pool.get(source, target)
+        assert served.translator.generator.model is base.generator.model
+        found = served.decode(served.options_key(request), served.encode(lines))
+        alone = Translator.load(str(folder), str(tiny.data), source_lang=source, target_lang=target, **options)
+        want = alone.translate(lines, **request)
+        assert [[h.pieces for h in hyps] for hyps in found] == [[h.pieces for h in r.hypotheses] for r in want]
