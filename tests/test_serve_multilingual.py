@@ -152,3 +152,16 @@ def test_a_ctranslate2_export_serves_every_direction_from_one_loaded_model(tiny,
         alone = Translator.load(str(folder), str(tiny.data), source_lang=source, target_lang=target, **options)
         want = alone.translate(lines, **request)
         assert [[h.pieces for h in hyps] for hyps in found] == [[h.pieces for h in r.hypotheses] for r in want]
+
+
+def test_a_model_of_200_languages_is_named_by_their_number_and_lists_every_target():
+    from types import SimpleNamespace
+
+    from nmt_toolkit.serving.models import ModelPool, MultilingualModel
+
+    codes = [f"l{i:03d}" for i in range(200)]  # NLLB-200's size; nothing is decoded, so no model is needed
+    many = MultilingualModel(SimpleNamespace(task=SimpleNamespace(langs=codes)))
+    assert many.name == "200 languages (every direction)"
+    languages = ModelPool([many]).languages()
+    assert list(languages) == codes and languages["l007"] == [c for c in codes if c != "l007"]
+    assert ModelPool([many]).pairs()[:2] == [("l000", "l001"), ("l000", "l002")]
