@@ -104,7 +104,10 @@ class BleuValidator:
             prefix = prefix.masked_fill(prefix == self.generator.eos, self.generator.pad)
         self.generator.model.eval()
         for i, hyps in enumerate(self.generator.generate(src, lengths, prefix_tokens=prefix)):
-            self.hyps.append(self.detok(self.tgt_dict.string(hyps[0]["tokens"][tag:])))
+            tokens = hyps[0]["tokens"][tag:]
+            if tag:  # the target language's token is no output wherever the model emits it, as nmt-generate has it
+                tokens = tokens[tokens != prefix[i, 0].to(tokens.device)]
+            self.hyps.append(self.detok(self.tgt_dict.string(tokens)))
             self.refs.append(self.detok(self.tgt_dict.string(sample["target"][i][tag:], escape_unk=True)))
 
     def stats(self) -> torch.Tensor:
