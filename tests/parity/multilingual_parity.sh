@@ -49,12 +49,12 @@ bleu() { sacrebleu "$DATA/test_2016_flickr.${1#*-}" -i "$2" -b; }
 fairseq_seed() {  # train, per-direction nll, then decode every direction
   local S=$1 D=$W/fairseq-$1; mkdir -p "$D"
   export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 PYTHONWARNINGS=ignore  # fairseq 0.12 predates weights_only loading
-  if [ ! -f "$D/ck/checkpoint_last.pt" ]; then
+  if ! grep -q "done training in" "$D/train.log" 2>/dev/null; then  # a stopped run resumes from checkpoint_last.pt
     log "fairseq-train seed $S ($MU updates)"
     heavy "$FB/fairseq-train" "$W/bin" "${RECIPE[@]}" --seed "$S" --arch transformer --encoder-embed-dim 256 \
       --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 \
       --decoder-attention-heads 4 --adam-betas '(0.9,0.98)' --cpu --num-workers 0 --save-dir "$D/ck" \
-      --no-progress-bar > "$D/train.log" 2>&1
+      --no-progress-bar >> "$D/train.log" 2>&1
   fi
   [ -f "$D/nll.json" ] || heavy "$FAIRSEQ_PYTHON" "$HERE/fairseq_direction_nll.py" "$W/bin" "$D/ck/checkpoint_last.pt" \
     2> "$D/nll.log" | tail -1 > "$D/nll.json"
@@ -74,10 +74,10 @@ fairseq_decode() {  # SEED PAIR...
 
 nmt_seed() {
   local S=$1 D=$W/nmt-$1; mkdir -p "$D"
-  if [ ! -f "$D/ck/checkpoint_last.pt" ]; then
+  if ! grep -q "done training: reached --max-update" "$D/train.log" 2>/dev/null; then  # a stopped run resumes
     log "nmt-train seed $S ($MU updates)"
     heavy nmt-train "$W/bin" "${RECIPE[@]}" --seed "$S" --arch transformer_base --embed-dim 256 --ffn-embed-dim 1024 \
-      --attention-heads 4 --adam-betas 0.9,0.98 --no-validate-at-start --save-dir "$D/ck" > "$D/train.log" 2>&1
+      --attention-heads 4 --adam-betas 0.9,0.98 --no-validate-at-start --save-dir "$D/ck" >> "$D/train.log" 2>&1
   fi
 }
 
