@@ -66,6 +66,33 @@ def identity(work, pairs, seed):
     return shares
 
 
+def train_windows(path, fairseq):
+    """(loss, words per batch, sentences per batch) of every train_inner line: each window of --log-interval
+    updates. fairseq writes ``loss=8.785, ... wpb=3687.4, bsz=230.8``, nmt-train ``loss 8.785 | ... | wpb ...``."""
+    if not os.path.isfile(path):
+        return []
+    sep = "=" if fairseq else " "
+    found = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if "train_inner" in line:
+                values = dict(re.findall(rf"\b(loss|wpb|bsz){sep}([0-9.]+)", line))
+                found.append(tuple(float(values[k]) for k in ("loss", "wpb", "bsz")))
+    return found
+
+
+def print_train_windows(work, seed):
+    """Training loss window by window, side by side: both systems read batches of the same sizes (the same
+    batches), so the curves are comparable before validation."""
+    theirs = train_windows(os.path.join(work, f"fairseq-{seed}", "train.log"), True)
+    ours = train_windows(os.path.join(work, f"nmt-{seed}", "train.log"), False)
+    if not theirs or not ours:
+        return
+    print(f"seed {seed}, training loss per log window: window | fairseq | ours | diff | same batch sizes")
+    for n, (t, o) in enumerate(zip(theirs, ours)):
+        print(f"{n + 1} | {t[0]:.3f} | {o[0]:.3f} | {100 * (o[0] / t[0] - 1):+.1f}% | {t[1:] == o[1:]}")
+
+
 def fmt(x, digits=3):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -100,6 +127,8 @@ def main():
         print(f"{pair} | {' '.join(map(fmt, fs))}; {fmt(fm)} | {' '.join(map(fmt, ns))}; {fmt(nm)} | "
               f"{'-' if nll_diff is None else f'{100 * nll_diff:+.1f}%'} | {fmt(fb, 2)} | {fmt(nb, 2)} | "
               f"{'-' if bleu_diff is None else f'{bleu_diff:+.2f}'}")
+    for seed in args.seeds:
+        print_train_windows(args.work, seed)
     shares = identity(args.work, args.identity_pairs, args.seeds[0])
     for pair, (same, total) in shares.items():
         print(f"fairseq seed {args.seeds[0]}'s checkpoint, {pair}: nmt-generate = fairseq-generate on {same} of "
