@@ -274,3 +274,81 @@ def test_quickstart_on_multi30k(tmp_path, data_dir):
                  env={"QS_EXTRA": "--max-update 400 --warmup-updates 100"})
     # measured 14.5 (chrF 39.0); causal mask off 0.0
     assert _bleu(proc.stdout) >= 7.0, proc.stdout
+
+
+# ------------------------------------------------------------------------------------ multilingual
+
+ML_PAIRS = ["en-de", "de-en", "en-fr", "fr-en", "en-cs", "cs-en"]
+ML_ROW = re.compile(r"^\| (\w\w-\w\w)( \(zero-shot\))? \| ([\d.]+) \| (\S+) \| (\S+) \| (\S+) \|$", re.M)
+
+
+def _sacrebleu_cli(ref: pathlib.Path, hyp: pathlib.Path) -> float:
+    out = subprocess.run(["python", "-m", "sacrebleu", str(ref), "-i", str(hyp), "-b"], capture_output=True,
+                         text=True, check=True).stdout
+    return round(float(out.strip()), 1)
+
+
+def test_multilingual_table_scores_each_direction_as_sacrebleu_does(tmp_path):
+    """table.py against the sacreBLEU command line on hypotheses written here: a perfect, a partly wrong and a
+    bilingual system per direction, the difference and the bar as worked from those numbers."""
+    refs = ["a dog runs on the green grass .", "two men are playing chess in a park .",
+            "a woman in a red coat walks down the street .", "children play football on a sunny beach ."]
+    worse = ["a dog runs on grass .", "two men play chess .", "a woman in a red coat walks down the street .",
+             "kids play football on the beach ."]
+    (tmp_path / "test.de").write_text("\n".join(refs) + "\n")
+    (tmp_path / "test.en").write_text("\n".join(refs) + "\n")
+    for pair, multi, bi in [("en-de", refs, worse), ("de-en", worse, refs)]:
+        (tmp_path / "multi").mkdir(exist_ok=True)
+        (tmp_path / f"bi-{pair}").mkdir()
+        (tmp_path / "multi" / f"hyp.{pair}.txt").write_text("\n".join(multi) + "\n")
+        (tmp_path / f"bi-{pair}" / f"hyp.{pair}.txt").write_text("\n".join(bi) + "\n")
+    table = _import_example(EXAMPLES / "multilingual" / "table.py")
+    out = subprocess.run(["python", str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
+                          str(tmp_path / "test"), "--pairs", "en-de", "de-en", "--updates", "12"],
+                         capture_output=True, text=True, check=True).stdout
+    low = _sacrebleu_cli(tmp_path / "test.de", tmp_path / "bi-en-de" / "hyp.en-de.txt")
+    assert 0 < low < 100 - table.BAR
+    rows = {m[0]: m[2:] for m in ML_ROW.findall(out)}
+    assert rows == {"en-de": ("100.0", f"{low:.1f}", f"{100 - low:+.1f}", "yes"),
+                    "de-en": (f"{low:.1f}", "100.0", f"{low - 100:+.1f}", "NO")}, out
+    assert "missed the bar: de-en" in out
+    (tmp_path / "multi" / "hyp.en-de.txt").write_text("\n".join(refs[:3]) + "\n")
+    proc = subprocess.run(["python", str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
+                           str(tmp_path / "test"), "--pairs", "en-de", "--updates", "6"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "3 hypotheses for 4 references" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_multilingual_ci_recipe(tmp_path, data_dir):
+    """run.sh --ci end to end: every data-bin, the six-direction model, six bilingual ones, the decodes and the
+    table, whose numbers are sacreBLEU's on the hypotheses the script wrote against the raw references. At this
+    size every BLEU is 0 (hypotheses are empty or one piece repeated); the scoring itself is checked on
+    non-zero numbers by test_multilingual_table_scores_each_direction_as_sacrebleu_does."""
+    import sacrebleu
+
+    work = tmp_path / "ml"
+    proc = _bash(EXAMPLES / "multilingual" / "run.sh", "--ci", work,
+                 env={"MULTI30K": str(data_dir / "multi30k"), **ONE_THREAD})
+    rows = ML_ROW.findall(proc.stdout)
+    assert [r[0] for r in rows] == ML_PAIRS + ["de-fr"], proc.stdout
+    assert rows[-1][1:] == (" (zero-shot)", rows[-1][2], "–", "–", "–")
+
+    def bleu(hyp_file, pair):
+        refs = (data_dir / "multi30k" / f"test_2016_flickr.{pair[3:]}").read_text().splitlines()[:50]
+        hyps = hyp_file.read_text().splitlines()
+        assert len(hyps) == 50, hyp_file
+        return f"{sacrebleu.corpus_bleu(hyps, [refs]).score:.1f}"
+
+    for pair, _, multi, bi, diff, bar in rows:
+        assert multi == bleu(work / "multi" / f"hyp.{pair}.txt", pair)
+        if pair in ML_PAIRS:
+            assert bi == bleu(work / f"bi-{pair}" / f"hyp.{pair}.txt", pair)
+            assert float(diff) == round(float(multi) - float(bi), 1)
+            assert bar == ("yes" if float(multi) >= float(bi) - 2.0 else "NO")
+    # each bilingual model read its own direction of its own data-bin, for UPDATES/6 updates
+    for pair in ML_PAIRS:
+        log = (work / f"bi-{pair}" / "ck" / "train.log").read_text()
+        src, tgt = pair.split("-")
+        assert re.search(rf"\[{src}\] dictionary: \d+ types; \[{tgt}\] dictionary", log), log[:2000]
+        assert "done training: reached --max-update 2; 2 updates" in log, log[-2000:]
