@@ -201,28 +201,94 @@ def generate_ids(theirs, tok, text: list[str], forced: int, **kwargs) -> tuple[l
     return outputs, at_limit
 
 
-@pytest.mark.parametrize("beam", [1, 4], ids=["greedy", "beam4"])
-def test_outputs_equal_generate_on_200_sentences(beam, made, data_dir):
+SEARCHES = [(1, 0.0, "model"), (4, 0.0, "model"), (4, 0.0, "zero"), (4, 1.0, "zero")]
+
+
+@pytest.mark.parametrize("beam,lenpen,forced_score", SEARCHES, ids=["greedy", "beam4", "beam4-zero", "beam4-lenpen1"])
+def test_outputs_equal_generate_on_200_sentences(beam, lenpen, forced_score, made, data_dir):
     """en→de on 200 Multi30k test sentences: our outputs (Translator: sentencepiece, source tag, forced
-    target tag) equal ``generate(num_beams=…, forced_bos_token_id=…, early_stopping=True, length_penalty=0)``
+    target tag) equal ``generate(num_beams=…, forced_bos_token_id=…, early_stopping=True, length_penalty=…)``
     id for id: every one greedy; with a beam every one that ends before the length limit (Transformers
-    scores the EOS it forces there as ln 1, we its own ln p). Other directions' tags: the tests above and
-    the NLLB one."""
+    scores the EOS it forces there as ln 1, we its own ln p). Transformers scores the forced language token
+    as ln 1 too: with a length penalty (its default 1.0) our search matches it with ``forced_prefix_score
+    ="zero"``; without one either setting ranks alike. Other directions' tags: the tests above and the NLLB
+    one."""
     from nmt_toolkit.generation.translator import Translator
 
     folder, imported = made["m2m100"]
     theirs, tok = hf(folder, "en", "de")
     text = lines(data_dir, "en", 200)
     translator = Translator.load(str(imported), source_lang="en", target_lang="de", device="cpu", beam=beam,
-                                 lenpen=0.0, **SAME_AS_HF)
+                                 lenpen=lenpen, forced_prefix_score=forced_score, **SAME_AS_HF)
     got = translate_ids(translator, text)
-    want, at_limit = generate_ids(theirs, tok, text, tok.get_lang_id("de"), num_beams=beam, length_penalty=0.0,
+    want, at_limit = generate_ids(theirs, tok, text, tok.get_lang_id("de"), num_beams=beam, length_penalty=lenpen,
                                   early_stopping=True)
     compared = [i for i in range(len(text)) if beam == 1 or not at_limit[i]]
     assert len(compared) >= 160
     differ = [(i, got[i], want[i]) for i in compared if got[i] != want[i]]
     assert not differ, f"{len(differ)} of {len(compared)} differ, first: {differ[0]}"
     assert len({tuple(x) for x in want}) > 60  # outputs differ from sentence to sentence
+
+
+def test_ctranslate2_engine_with_zero_forced_score_is_ctranslate2s_own_search(made, data_dir, tmp_path):
+    """``--engine ctranslate2 --forced-prefix-score zero`` on the exported folder returns what CTranslate2
+    itself returns given the target tag as ``target_prefix`` (which it scores 0): the same n-best in the same
+    order, with its scores (ln → base 2), on every sentence whose hypotheses end before the length limit.
+    With the default (``model``) the engine re-ranks the final beam, and on this model some order differs."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from nmt_toolkit.cli.export import run as export
+    from nmt_toolkit.generation.translator import LN2, Translator
+
+    imported = made["m2m100"][1]
+    text = lines(data_dir, "en", 200)
+    assert export(["--path", str(imported), "--output-dir", str(tmp_path / "ct2")]) == 0
+    options = dict(source_lang="en", target_lang="de", device="cpu", beam=4, nbest=2, lenpen=1.0, **SAME_AS_HF)
+    limit = MAX_LENGTH - 1
+    engine = {score: Translator.load(str(tmp_path / "ct2"), str(imported), engine="ctranslate2",
+                                     forced_prefix_score=score, **options).translate(text)
+              for score in ("model", "zero")}
+    d = read_model_folder(str(imported)).src_dict
+    sources = [[d[i] for i in ids[:-1]] for ids in Translator.load(str(imported), **options).encode(text)]
+    itself = ctranslate2.Translator(str(tmp_path / "ct2")).translate_batch(
+        sources, target_prefix=[["__de__"]] * len(text), beam_size=4, num_hypotheses=2, length_penalty=1.0,
+        max_decoding_length=limit, min_decoding_length=0, return_scores=True)
+    compared = [i for i, r in enumerate(itself) if all(len(h) < limit for h in r.hypotheses)]
+    assert len(compared) >= 160
+    for i in compared:
+        want = [(" ".join(h[1:]), s / LN2) for h, s in zip(itself[i].hypotheses, itself[i].scores)]
+        got = [(h.pieces, h.score) for h in engine["zero"][i].hypotheses]
+        assert [p for p, _ in got] == [p for p, _ in want], i
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-4)
+    assert any([h.pieces for h in engine["model"][i].hypotheses] != [h.pieces for h in engine["zero"][i].hypotheses]
+               for i in compared)
+
+
+def test_score_reference_counts_the_forced_token_as_the_search_does(made, data_dir):
+    """``--score-reference`` of the search's own best hypotheses (teacher-forced after the language token,
+    which the translator puts first as the search forces it) gives the search's scores under either setting:
+    the forced token counts its log-probability with ``model`` and 0 with ``zero``, there as in the search."""
+    from nmt_toolkit.generation.translator import Translator
+
+    imported = made["m2m100"][1]
+    text = lines(data_dir, "en", 20)
+    totals = {}
+    for forced_score in ("model", "zero"):
+        translator = Translator.load(str(imported), source_lang="en", target_lang="de", device="cpu", beam=4,
+                                     lenpen=1.0, forced_prefix_score=forced_score, **SAME_AS_HF)
+        sample = translator.collate(translator.encode(text))
+        src, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        tag = translator.task.decoder_token()
+        found = translator.generator.generate(src, lengths, prefix_tokens=torch.full((len(text), 1), tag))
+        rows = [hyps[0]["tokens"] for hyps in found]  # the tag, the output (its own copies of the tag too), EOS
+        assert all(int(r[0]) == tag for r in rows)
+        target = torch.full((len(rows), max(len(r) for r in rows) - 1), translator.task.tgt_dict.pad())
+        for i, r in enumerate(rows):
+            target[i, : len(r) - 1] = r[1:]
+        scored = translator.with_options(score_reference=True).translate_batch({**sample, "target": target})
+        got = [hyps[0]["score"] for hyps in scored]
+        totals[forced_score] = [hyps[0]["score"] for hyps in found]
+        assert got == pytest.approx(totals[forced_score], abs=1e-4)
+    assert totals["zero"] != pytest.approx(totals["model"], abs=1e-3)  # the tag's log-probability is not 0
 
 
 def test_nmt_generate_translates_the_folder(made, data_dir, tmp_path, capsys):

@@ -99,6 +99,8 @@ class SequenceGenerator:
         if not 1 <= cfg.nbest <= cfg.beam:
             raise ValueError(f"nbest must be between 1 and the beam size ({cfg.beam}), got {cfg.nbest}")
         length_penalty(1.0, cfg.lenpen, cfg.lenpen_style)  # validates the style
+        if cfg.forced_prefix_score not in ("model", "zero"):
+            raise ValueError(f"unknown forced_prefix_score {cfg.forced_prefix_score!r} (choices: model, zero)")
         if cfg.static_search not in ("auto", "on", "off"):
             raise ValueError(f"unknown static_search {cfg.static_search!r} (choices: auto, on, off)")
         self.cfg = cfg
@@ -209,7 +211,7 @@ class SequenceGenerator:
                                                  temperature=self.cfg.temperature, need_attn=b.attn is not None)
         lprobs = constrain_lprobs(lprobs, step, b.row_max, self.cfg, self.pad, self.unk, self.eos)
         if b.prefix_rows is not None:
-            lprobs = force_prefix(lprobs, b.prefix_rows, step, self.pad)
+            lprobs = force_prefix(lprobs, b.prefix_rows, step, self.pad, self.cfg.forced_prefix_score)
         if self.cfg.no_repeat_ngram_size > 0:
             lprobs = ban_repeated_ngrams(lprobs, b.tokens, step, self.cfg.no_repeat_ngram_size, self.pad)
         if b.attn is not None and step_attn is not None:
@@ -284,9 +286,11 @@ class SequenceGenerator:
     @_on_device_sdpa
     @torch.inference_mode()
     def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
-                        need_attn: bool = False) -> list[list[dict]]:
+                        need_attn: bool = False, forced: int = 0) -> list[list[dict]]:
         """Teacher-forced scores of ``target`` ([B, T], right-padded, EOS-terminated), normalised exactly
-        as the search's scores (sum of ln p over tokens incl. EOS, divided by lp(|Y|)); same output layout."""
+        as the search's scores (sum of ln p over tokens incl. EOS, divided by lp(|Y|)); same output layout.
+        Its first ``forced`` tokens are ones the search would force (a language token): with
+        ``forced_prefix_score="zero"`` they count 0, as there."""
         model, pad = self.model, self.pad
         prev = torch.full_like(target, pad)
         prev[:, 0] = self.start
@@ -298,6 +302,8 @@ class SequenceGenerator:
         tok_lp = lprobs.gather(2, target.unsqueeze(2)).squeeze(2)
         nonpad = target != pad
         tok_lp = tok_lp.masked_fill(~nonpad, 0.0)
+        if forced and self.cfg.forced_prefix_score == "zero":
+            tok_lp[:, :forced] = 0.0
         lengths = nonpad.sum(1)
         totals = tok_lp.sum(1) / self.lp(lengths.double()).float()
         out = []

@@ -30,6 +30,12 @@ class GenerationConfig:
     unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it)")
     no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)", low=0)
     prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix", low=0)
+    forced_prefix_score: str = option(
+        "model", "what a forced output token (a multilingual model's target-language token, --prefix-size) adds to "
+                 "its hypothesis' score: model = its log-probability (fairseq's); zero = nothing, as Hugging Face "
+                 "generate(forced_bos_token_id) and CTranslate2's target_prefix count it (with a length penalty "
+                 "the two rank hypotheses of different lengths otherwise)",
+        choices=("model", "zero"))
     early_stop: str = option(
         "bound", "bound: a sentence stops when no active hypothesis can beat the finished ones it outputs "
                  "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "

@@ -19,9 +19,11 @@ torch engine forces there), ``--sampling`` → random sampling (``sampling_topk`
 Language tags (a multilingual model): the source's tag is a token of the source the task built, passed on
 as it is; the target's tag is the search's forced first token, i.e. CTranslate2's ``target_prefix``, which
 CTranslate2 returns at the head of each hypothesis; the translator drops it from the output for both
-engines. CTranslate2's search counts a prefix's log-probabilities as 0, the torch engine's counts them: with a
-length penalty that ranks hypotheses of different lengths otherwise, so the whole final beam is taken and
-ranked by ``score_batch``'s scores, the prefix included.
+engines. CTranslate2's search counts a prefix's log-probabilities as 0, the torch engine's counts them
+(``--forced-prefix-score model``, the default): with a length penalty that ranks hypotheses of different
+lengths otherwise, so the whole final beam is taken and ranked by ``score_batch``'s scores, the prefix
+included. With ``--forced-prefix-score zero`` both count it as 0: CTranslate2's own ranking stands, and the
+prefix's scores from ``score_batch`` are printed as 0.
 
 Length penalty. CTranslate2 ranks a finished hypothesis by ``sum(log p) / |Y|^alpha`` with ``|Y|`` counting
 the end token — fairseq's style, our ``--lenpen-style fairseq`` (checked: the same 40 of 40 hypotheses and
@@ -152,8 +154,12 @@ class CTranslate2Generator:
     def _ids(self, symbols: list[str]) -> torch.Tensor:
         return torch.tensor([self.tgt_dict.index(s) for s in symbols] + [self.eos], dtype=torch.long)
 
-    def _hypothesis(self, ids: torch.Tensor, log_probs: list[float]) -> dict:
+    def _hypothesis(self, ids: torch.Tensor, log_probs: list[float], forced: int = 0) -> dict:
+        """A hypothesis dict from ``score_batch``'s log-probabilities; its first ``forced`` tokens (a forced
+        prefix) count 0 with ``--forced-prefix-score zero``, as in the torch engine."""
         pos = torch.tensor(log_probs, dtype=torch.float32)
+        if forced and self.gen.forced_prefix_score == "zero":
+            pos[:forced] = 0.0
         lp = len(log_probs) ** self.gen.lenpen if self.gen.lenpen else 1.0
         return {"tokens": ids, "score": float(pos.sum()) / lp, "positional_scores": pos, "attention": None,
                 "alignment": None}
@@ -182,7 +188,8 @@ class CTranslate2Generator:
         # CTranslate2 counts a forced prefix's log-probabilities as 0 (decoding.cc), so with a length penalty
         # it ranks finished hypotheses of different lengths otherwise than the torch engine, which counts them
         # (a language tag is such a prefix): take the whole final beam and rank it by the scores with them
-        rank_beam = prefixes is not None and gen.lenpen != 0 and gen.beam > gen.nbest and not gen.sampling
+        rank_beam = (prefixes is not None and gen.lenpen != 0 and gen.beam > gen.nbest and not gen.sampling
+                     and gen.forced_prefix_score == "model")
         if rank_beam:
             options["num_hypotheses"] = gen.beam
         found = self._search_together(sources, limits, prefixes, options)
@@ -193,10 +200,11 @@ class CTranslate2Generator:
                 max_decoding_length=limit, **options)
             for i, result in zip(idx, results):
                 found[i] = list(zip(result.hypotheses, result.scores))
-        out = self._hypotheses(sources, found, self.scores or rank_beam)
+        forced = [0] * len(sources) if prefixes is None else [len(p) for p in prefixes]
+        out = self._hypotheses(sources, found, self.scores or rank_beam, forced)
         cut = [i for i, hyps in enumerate(out) if any(len(h["tokens"]) > limits[i] for h in hyps)]
         if cut and not gen.sampling:
-            self._rerank_at_the_limit(cut, sources, limits, prefixes, options, out)
+            self._rerank_at_the_limit(cut, sources, limits, prefixes, options, out, forced)
         for hyps in out:  # CTranslate2 returns its n-best in its own order; ours is best score first
             hyps.sort(key=lambda h: -h["score"])
         return [hyps[: gen.nbest] for hyps in out]
@@ -226,7 +234,7 @@ class CTranslate2Generator:
                 found[i] = list(zip(result.hypotheses, result.scores))[: options["num_hypotheses"]]
         return found
 
-    def _hypotheses(self, sources, found, scores: bool) -> list[list[dict]]:
+    def _hypotheses(self, sources, found, scores: bool, forced: list[int]) -> list[list[dict]]:
         """Each sentence's ``(symbols, CTranslate2 score)`` as hypothesis dicts, scored by ``score_batch`` in
         one call (unless ``scores`` are not wanted)."""
         pairs = [(i, hyp, score) for i, hyps in enumerate(found) for hyp, score in hyps]
@@ -237,13 +245,13 @@ class CTranslate2Generator:
         for k, (i, hyp, score) in enumerate(pairs):
             ids = self._ids(hyp)
             if scores:
-                out[i].append(self._hypothesis(ids, scored[k].log_probs))
+                out[i].append(self._hypothesis(ids, scored[k].log_probs, forced[i]))
             else:  # CTranslate2's own search score; per-token scores are not computed (not printed)
                 out[i].append({"tokens": ids, "score": score, "positional_scores": torch.full((len(ids),), float("nan")),
                                "attention": None, "alignment": None})
         return out
 
-    def _rerank_at_the_limit(self, cut, sources, limits, prefixes, options, out) -> None:
+    def _rerank_at_the_limit(self, cut, sources, limits, prefixes, options, out, forced) -> None:
         """Sentences whose hypotheses reached their length limit: CTranslate2 ranks those cut-off hypotheses
         without the end token the torch engine forces there (and scores). Their whole final beam is taken and
         ranked by the scores with the end token, as the torch engine ranks it."""
@@ -254,14 +262,14 @@ class CTranslate2Generator:
                 max_decoding_length=limits[i], **{**options, "num_hypotheses": gen.beam})[0]
             scored = self.translator.score_batch([sources[i]] * len(result.hypotheses), result.hypotheses,
                                                  max_input_length=self.model.rows)
-            hyps = [self._hypothesis(self._ids(h), s.log_probs) for h, s in zip(result.hypotheses, scored)]
+            hyps = [self._hypothesis(self._ids(h), s.log_probs, forced[i]) for h, s in zip(result.hypotheses, scored)]
             out[i] = sorted(hyps, key=lambda h: -h["score"])[: gen.nbest]
 
     def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
-                        need_attn: bool = False) -> list[list[dict]]:
+                        need_attn: bool = False, forced: int = 0) -> list[list[dict]]:
         if need_attn:
             raise UsageError("--engine ctranslate2 has no --print-alignment/--attention-plot")
         sources = self._source(src_tokens, src_lengths)
         targets = [[self.tgt_dict[t] for t in row if t not in (self.pad, self.eos)] for row in target.cpu().tolist()]
         scored = self.translator.score_batch(sources, targets, max_input_length=self.model.rows)
-        return [[self._hypothesis(self._ids(t), s.log_probs)] for t, s in zip(targets, scored)]
+        return [[self._hypothesis(self._ids(t), s.log_probs, forced)] for t, s in zip(targets, scored)]

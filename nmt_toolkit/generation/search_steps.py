@@ -14,7 +14,10 @@ end :func:`collect_hypotheses` returns the n-best. Sampling replaces the candida
 Scores. A hypothesis Y (its tokens including the final EOS, |Y| of them) scores
 ``sum log p(y_t | y_<t, x) / lp(|Y|)`` with the GNMT length penalty ``lp(n) = ((5 + n) / 6) ** alpha``
 (the paper's, ``lenpen_style="gnmt"``) or fairseq's ``n ** alpha``. Hypotheses are ranked by that score;
-scores are natural logs here (the printers divide by ln 2).
+scores are natural logs here (the printers divide by ln 2). A forced prefix (a multilingual model's target
+token, ``--prefix-size``) counts in ``|Y|``; its tokens add their own log-probabilities (fairseq's rule) or,
+with ``forced_prefix_score="zero"``, nothing, as Hugging Face's forced BOS and CTranslate2's target prefix
+score them (:func:`force_prefix`; the static search takes no prefix, so the option never concerns it).
 
 Length limits. At most ``max_len = min(a * src_len + b, max_target_positions - 1)`` tokens before the
 EOS, per sentence (``src_len`` is the sentence's own length, EOS included, or with ``max_len_source="batch"``
@@ -109,9 +112,11 @@ def constrain_lprobs(lprobs: torch.Tensor, step: Step, row_max: torch.Tensor, cf
     return lprobs
 
 
-def force_prefix(lprobs: torch.Tensor, prefix_rows: torch.Tensor, step: int, pad: int) -> torch.Tensor:
+def force_prefix(lprobs: torch.Tensor, prefix_rows: torch.Tensor, step: int, pad: int,
+                 score: str = "model") -> torch.Tensor:
     """Rows whose forced prefix (``prefix_rows``, pad where it ends) has a token at ``step`` may output only it,
-    with its own log-probability."""
+    with its own log-probability (``score="model"``, fairseq's rule) or with 0 (``"zero"``: the token adds
+    nothing to the hypothesis' score, as Hugging Face's forced BOS and CTranslate2's target prefix count it)."""
     if step >= prefix_rows.size(1):
         return lprobs
     ptok = prefix_rows[:, step]
@@ -119,6 +124,8 @@ def force_prefix(lprobs: torch.Tensor, prefix_rows: torch.Tensor, step: int, pad
     if not bool(forced.any()):
         return lprobs
     kept = lprobs.gather(1, ptok.unsqueeze(1))
+    if score == "zero":  # a token the rules forbid here (past the length limit) stays forbidden
+        kept = kept.masked_fill(kept > NEG_INF, 0.0)
     only = torch.full_like(lprobs, NEG_INF).scatter_(1, ptok.unsqueeze(1), kept)
     return torch.where(forced.unsqueeze(1), only, lprobs)
 

@@ -258,7 +258,8 @@ class Translator:
             if target is None:
                 raise UsageError("--score-reference needs references (a binarized split, not --input)")
             target = target if tag is None else _with_first_column(target, tag)
-            found = self.generator.score_reference(src, lengths, target.to(device), need_attn=need_attn)
+            found = self.generator.score_reference(src, lengths, target.to(device), need_attn=need_attn,
+                                                   forced=0 if tag is None else 1)
             return found if tag is None else _without_first_token(found)
         prefix = None
         if self.gen.prefix_size > 0:
@@ -323,7 +324,8 @@ def _without_first_token(found: list[list[dict]], also: Optional[int] = None) ->
     """Hypotheses without their forced first token (a language tag): it is no output, so its piece, score and
     alignment go; so do later copies of the token ``also`` (the target language's tag, which fairseq-generate
     strips from its output wherever the model emits it; other languages' tags stay). The hypothesis' score
-    stays the one the search ranked by, the tags' log-probabilities included, as fairseq's is."""
+    stays the one the search ranked by, the tags' log-probabilities included as fairseq's is (the forced
+    one's counted as 0 with ``--forced-prefix-score zero``)."""
     for hyps in found:
         for hyp in hyps:
             keep = torch.ones(len(hyp["tokens"]), dtype=torch.bool)
