@@ -55,8 +55,9 @@ setup(
     extras_require={
         # the nmt-serve tests talk to a real server as LibreTranslate's Python client and as httpx
         # transformers: tests/test_marian.py checks the Marian import and export against Hugging Face's own
-        # MarianMTModel and MarianTokenizer (never imported by the toolkit itself)
-        "test": ["pytest", "ruff", "httpx", "libretranslatepy", "transformers>=4.40"],
+        # MarianMTModel and MarianTokenizer (never imported by the toolkit itself); protobuf: Transformers 5
+        # needs it to build a tokenizer from a sentencepiece model (tests/test_m2m100.py's NLLB tokenizer)
+        "test": ["pytest", "ruff", "httpx", "libretranslatepy", "transformers>=4.40", "protobuf"],
         "viz": ["matplotlib"],
         "tb": ["tensorboard"],
         # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA

@@ -377,9 +377,14 @@ def nllb(made, tmp_path_factory):
     the same sentencepiece model (202 language codes such as eng_Latn, ``<mask>``, 4 rows no token names),
     written by Transformers, and our import of it."""
     from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
     work = tmp_path_factory.mktemp("nllb")
-    tok = NllbTokenizer(vocab_file=str(made["spm"]))
+    (work / "spm").mkdir()
+    shutil.copyfile(made["spm"], work / "spm" / "sentencepiece.bpe.model")
+    # the codes named: Transformers 5 converts the sentencepiece model to its tokenizers form (with protobuf)
+    # and leaves NLLB's default codes out then; Transformers 4 takes the same list
+    tok = NllbTokenizer.from_pretrained(work / "spm", additional_special_tokens=FAIRSEQ_LANGUAGE_CODES)
     tok.save_pretrained(work / "hf")
     if not (work / "hf" / "sentencepiece.bpe.model").is_file():  # a tokenizers-only save: Hub folders have it
         shutil.copyfile(made["spm"], work / "hf" / "sentencepiece.bpe.model")
@@ -430,9 +435,11 @@ def test_an_nllb_legacy_layout_is_refused_by_name(nllb, tmp_path):
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "legacy_behaviour": True}))
     with pytest.raises(DataError, match="legacy_behaviour=true"):
         import_m2m100(str(folder), str(tmp_path / "out"))
-    # a tokenizer config that does not record the codes' ids (older saves): refused, not guessed
+    # a tokenizer whose files do not record the codes' ids (older saves): refused, not guessed. Transformers 5
+    # records them in tokenizer.json too (and 4 may write one): without it
     (folder / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
                                                               if k != "added_tokens_decoder"}))
+    (folder / "tokenizer.json").unlink(missing_ok=True)
     with pytest.raises(DataError, match="records no language code such as eng_Latn"):
         import_m2m100(str(folder), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
