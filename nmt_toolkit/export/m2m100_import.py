@@ -33,8 +33,8 @@ import re
 from dataclasses import asdict, dataclass
 
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.export.marian_import import (ACTIVATIONS, _json, _refuse, _SAME, _vocab, convert_state_dict,
-                                              dictionary_order, read_weights)
+from nmt_toolkit.export.marian_import import (_json, _refuse, _vocab, convert_state_dict, dictionary_order,
+                                              read_weights, shared_fields)
 
 #: M2M100Tokenizer's language-code lists (``language_codes`` of tokenizer_config.json), in id order
 LANGUAGE_CODES = {
@@ -201,12 +201,7 @@ def transformer_config(config: dict, path: str = "config.json"):
     one line naming the key (``encoder_layerdrop``/``decoder_layerdrop`` only skip layers in training)."""
     from nmt_toolkit.models.transformer import TransformerConfig
 
-    for a, b in _SAME:
-        if config.get(a) != config.get(b):
-            _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
-    activation = config.get("activation_function", "relu")
-    if activation not in ACTIVATIONS:
-        _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    fields = shared_fields(config, path, activation="relu", attention_dropout=0.1, scale_embedding=True)
     if config.get("pad_token_id", 1) != 1:
         _refuse(path, "pad_token_id", config.get("pad_token_id"), "M2M-100's positions count from pad_token_id + 1; "
                                                                   "our fairseq sinusoids count from 2")
@@ -215,18 +210,9 @@ def transformer_config(config: dict, path: str = "config.json"):
                                                                                       "EOS symbol")
     if not config.get("tie_word_embeddings", True):
         _refuse(path, "tie_word_embeddings", False, "our model ties the output matrix to the shared embeddings")
-    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
-    if d_model % heads:
-        _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
     return TransformerConfig(
-        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
-        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
-        dropout=float(config.get("dropout", 0.1)), attention_dropout=float(config.get("attention_dropout", 0.1)),
-        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
-        normalize_before=True, positional_embeddings="sinusoidal", sinusoid_layout="fairseq",
-        max_positions=int(config.get("max_position_embeddings", 1024)), share_all_embeddings=True,
-        share_decoder_input_output_embed=False, no_scale_embedding=not config.get("scale_embedding", True),
-        layernorm_embedding=False, output_bias=False, decoder_start="eos")
+        **fields, normalize_before=True, sinusoid_layout="fairseq", share_all_embeddings=True,
+        share_decoder_input_output_embed=False, output_bias=False, decoder_start="eos")
 
 
 def converted(folder: M2M100Folder) -> tuple:

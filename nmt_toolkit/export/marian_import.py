@@ -141,6 +141,29 @@ def _refuse(path: str, key: str, value, why: str):
     raise UsageError(f"{path}: config.json {key}={json.dumps(value)} is not supported ({why})")
 
 
+def shared_fields(config: dict, path: str, activation: str, attention_dropout: float, scale_embedding: bool) -> dict:
+    """The :class:`TransformerConfig` fields every BART-family ``config.json`` (Marian, M2M-100) names the same
+    way; the arguments are the family's defaults for the keys a config may leave out. Refuses, naming the key,
+    what one value of ours cannot hold (different encoder and decoder widths or head counts) or compute."""
+    for a, b in _SAME:
+        if config.get(a) != config.get(b):
+            _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
+    activation = config.get("activation_function", activation)
+    if activation not in ACTIVATIONS:
+        _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
+    if d_model % heads:
+        _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
+    return dict(
+        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
+        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
+        dropout=float(config.get("dropout", 0.1)),
+        attention_dropout=float(config.get("attention_dropout", attention_dropout)),
+        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
+        positional_embeddings="sinusoidal", max_positions=int(config.get("max_position_embeddings", 1024)),
+        no_scale_embedding=not config.get("scale_embedding", scale_embedding), layernorm_embedding=False)
+
+
 def transformer_config(config: dict, path: str = "config.json"):
     """Our :class:`TransformerConfig` for a Marian ``config.json``; what it cannot reproduce is refused in
     one line naming the key."""
@@ -151,12 +174,7 @@ def transformer_config(config: dict, path: str = "config.json"):
     for key, value in _FIXED_KEYS.items():
         if value is not None and key in config and config[key] != value:
             _refuse(path, key, config[key], f"Marian's transformer has {key}={json.dumps(value)}")
-    for a, b in _SAME:
-        if config.get(a) != config.get(b):
-            _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
-    activation = config.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    fields = shared_fields(config, path, activation="gelu", attention_dropout=0.0, scale_embedding=False)
     share_all = config.get("share_encoder_decoder_embeddings", True)
     tied = config.get("tie_word_embeddings", True)
     if share_all and not tied:
@@ -165,18 +183,9 @@ def transformer_config(config: dict, path: str = "config.json"):
     start = config.get("decoder_start_token_id", config.get("pad_token_id"))
     if start not in (config.get("pad_token_id"), config.get("eos_token_id")):
         _refuse(path, "decoder_start_token_id", start, "decoding starts from the pad or the EOS symbol")
-    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
-    if d_model % heads:
-        _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
     return TransformerConfig(
-        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
-        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
-        dropout=float(config.get("dropout", 0.1)), attention_dropout=float(config.get("attention_dropout", 0.0)),
-        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
-        normalize_before=False, positional_embeddings="sinusoidal", sinusoid_layout="marian",
-        max_positions=int(config.get("max_position_embeddings", 1024)), share_all_embeddings=bool(share_all),
-        share_decoder_input_output_embed=bool(tied) and not share_all,
-        no_scale_embedding=not config.get("scale_embedding", False), layernorm_embedding=False, output_bias=True,
+        **fields, normalize_before=False, sinusoid_layout="marian", share_all_embeddings=bool(share_all),
+        share_decoder_input_output_embed=bool(tied) and not share_all, output_bias=True,
         decoder_start="pad" if start == config.get("pad_token_id") else "eos")
 
 
