@@ -6,7 +6,8 @@
 #   0.1, --max-tokens 4096, MAX_UPDATE updates (300), seeds SEEDS ("1 2"). Then:
 #   - per-direction validation nll (fairseq's: fairseq_direction_nll.py, its own task/model/criterion; ours:
 #     nmt-train's valid.<pair> lines), mean over seeds, % difference;
-#   - BLEU per direction on test_2016_flickr (beam 4, lenpen 0.6, batch 64), sacreBLEU on detokenized text;
+#   - BLEU per direction on test_2016_flickr (beam 4, lenpen 0.6, batch 64, fairseq-generate's length penalty,
+#     stopping rule and maximum length on both sides), sacreBLEU on detokenized text;
 #   - fairseq's seed-1 checkpoint converted by nmt-convert --from fairseq and decoded by nmt-generate for
 #     IDENTITY_PAIRS ("en-de de-en"): the share of hypotheses identical to fairseq-generate's.
 #   multilingual_report.py prints the table and OK/FAIL against the bar (nll within 3 %, BLEU within 1.0,
@@ -34,6 +35,9 @@ RECIPE=("${TASK[@]}" --sampling-method temperature --sampling-temperature 1.5 --
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4096 --max-update "$MU"
   --no-epoch-checkpoints --log-format simple --log-interval 20)
 SEARCH=(--gen-subset test --beam 4 --lenpen 0.6 --batch-size 64 --required-batch-size-multiple 1)
+# fairseq-generate's search rules, which our defaults differ from, named for nmt-generate: |Y|^alpha length
+# penalty, a sentence done at --beam finished hypotheses, outputs up to 200 tokens (ours: the source's + 50)
+FAIRSEQ_RULES=(--lenpen-style fairseq --early-stop beam --max-len-a 0 --max-len-b 200)
 
 prepare() {
   [ -f "$W/bin/preprocess.json" ] && return 0
@@ -87,7 +91,7 @@ nmt_decode() {  # CHECKPOINT OUTDIR PAIR...
     [ -s "$D/hyp.$p.txt" ] && continue
     log "nmt-generate $C $p"
     heavy nmt-generate "$W/bin" --path "$C" --source-lang "${p%-*}" --target-lang "${p#*-}" "${SEARCH[@]}" \
-      --lenpen-style fairseq > "$D/gen.$p.out" 2> "$D/gen.$p.err"
+      "${FAIRSEQ_RULES[@]}" > "$D/gen.$p.out" 2> "$D/gen.$p.err"
     hypotheses "$D/gen.$p.out" > "$D/hyp.$p.txt"
   done
 }
