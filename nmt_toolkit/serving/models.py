@@ -28,8 +28,19 @@ class RequestError(Exception):
         self.status, self.message = status, message
 
 
+class _OnOneTranslator:
+    """What a served model reports of the translator it decodes with."""
+
+    translator: Any
+
+    @property
+    def engine(self) -> str:
+        """The engine's name (torch, ctranslate2), as /health lists it."""
+        return self.translator.engine.name
+
+
 @dataclass
-class ServedModel:
+class ServedModel(_OnOneTranslator):
     """One language pair's translator. ``decode`` runs on the batcher's threads; everything else on the loop."""
 
     source: str
@@ -39,10 +50,6 @@ class ServedModel:
     def __post_init__(self):
         self._variants: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
-
-    @property
-    def engine(self) -> str:
-        return self.translator.engine.name
 
     @property
     def name(self) -> str:
@@ -98,7 +105,7 @@ class ServedModel:
         return variant
 
 
-class MultilingualModel:
+class MultilingualModel(_OnOneTranslator):
     """A multilingual model: one translator (the weights loaded once) serving every direction between its
     languages, the zero-shot ones included. A direction is a :class:`ServedModel` made on first use from
     :meth:`~nmt_toolkit.generation.translator.Translator.for_direction`: it shares the weights and differs
@@ -109,10 +116,6 @@ class MultilingualModel:
         self.languages: list[str] = list(translator.task.langs)
         self._directions: dict[tuple[str, str], ServedModel] = {}
         self._lock = threading.Lock()
-
-    @property
-    def engine(self) -> str:
-        return self.translator.engine.name
 
     @property
     def name(self) -> str:
