@@ -4,7 +4,7 @@
 
 Reads WORKDIR/multi/hyp.<pair>.txt and WORKDIR/bi-<pair>/hyp.<pair>.txt (detokenized, one line per source
 line) and scores each against REFPREFIX.<target language> with sacreBLEU's default corpus BLEU (13a), as
-`sacrebleu REF -i HYP -b` does. The bar of issue 31: the multilingual BLEU at most 2.0 below the bilingual one.
+`sacrebleu REF -i HYP -b` does. The bar: the multilingual BLEU at most 2.0 below the bilingual one.
 """
 from __future__ import annotations
 

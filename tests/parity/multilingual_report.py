@@ -1,6 +1,6 @@
 """The table of multilingual_parity.sh: per-direction validation nll of fairseq and ours (each seed, their mean,
 the % difference), BLEU per direction (mean over seeds), the share of fairseq-generate's hypotheses that our
-nmt-generate reproduces from fairseq's converted checkpoint, and OK/FAIL against the bar of issue 31 (nll within
+nmt-generate reproduces from fairseq's converted checkpoint, and OK/FAIL against the parity bar (nll within
 3 %, BLEU within 1.0, identity >= 99 %).
 
 fairseq's numbers come from WORKDIR/fairseq-<seed>/ when they are there, else from --fairseq-json (default: the
