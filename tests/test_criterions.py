@@ -95,6 +95,31 @@ def test_fused_gradient_equals_autograd_reference():
     assert a.grad.view(4, 6, 13)[2, 1:].abs().max() == 0  # padding rows get no gradient
 
 
+def test_the_form_for_the_compiler_equals_the_gather_and_sum_reference():
+    """label_smoothed_loss_for_compiler (log-sum-exp and row sums, the target picked by comparison) gives the
+    loss, nll and gradient of fairseq's gather/sum formula on log_softmax, in float64 to rounding and, on bf16
+    logits, a bf16 gradient within bf16's precision of the float32 one."""
+    from nmt_toolkit.criterions.label_smoothed_cross_entropy import (label_smoothed_loss_for_compiler,
+                                                                     label_smoothed_nll_loss)
+    _, _, logits, target = _sample(B=4, T=6, V=13, seed=3)
+    for eps in (0.1, 0.0):
+        a = logits.reshape(-1, 13).clone().double().requires_grad_()
+        b = a.detach().clone().requires_grad_()
+        la, na = label_smoothed_loss_for_compiler(a, target.reshape(-1), eps, PAD)
+        lb, nb = label_smoothed_nll_loss(torch.log_softmax(b, -1), target.reshape(-1), eps, PAD)
+        (2.5 * la).backward()
+        (2.5 * lb).backward()
+        assert torch.allclose(la, lb, rtol=1e-12) and torch.allclose(na, nb, rtol=1e-12) and not na.requires_grad
+        assert torch.allclose(a.grad, b.grad, atol=1e-12)
+        assert a.grad.view(4, 6, 13)[2, 1:].abs().max() == 0  # padding rows get no gradient
+    half = (logits.reshape(-1, 13) * 3).to(torch.bfloat16).requires_grad_()
+    full = half.detach().float().requires_grad_()
+    label_smoothed_loss_for_compiler(half, target.reshape(-1), 0.1, PAD)[0].backward()
+    label_smoothed_nll_loss(torch.log_softmax(full, -1), target.reshape(-1), 0.1, PAD)[0].backward()
+    assert half.grad.dtype == torch.bfloat16
+    assert torch.allclose(half.grad.float(), full.grad, atol=4e-3)
+
+
 def test_half_precision_logits_are_converted_a_chunk_of_rows_at_a_time(monkeypatch):
     """bf16 logits reach float32 in chunks of rows (no second [N, V] float32 tensor at the loss's peak); the
     log-probabilities, loss and gradient are those of the whole conversion, bit for bit."""

@@ -8,7 +8,8 @@ For a target y and vocabulary size V, with ε spread over the V-1 wrong classes 
 which is the cross-entropy against the distribution q(y) = 1 - ε, q(v≠y) = ε / (V - 1).
 Padding positions contribute nothing. The training path (:class:`_FusedLabelSmoothedNLL`) never builds
 the gather/sum backward graph: backward writes the gradient ``softmax(z) - q`` straight into one buffer
-(exp of the saved log-probabilities), a few passes over [N, V] instead of a dozen.
+(exp of the saved log-probabilities), a few passes over [N, V] instead of a dozen. Under ``--compile`` the
+criterion uses :func:`label_smoothed_loss_for_compiler` instead, which the compiler fuses further.
 """
 from __future__ import annotations
 
@@ -108,6 +109,28 @@ def fused_label_smoothed_nll_loss(logits, target, epsilon: float, ignore_index: 
     return _FusedLabelSmoothedNLL.apply(logits, target, epsilon, ignore_index)
 
 
+def label_smoothed_loss_for_compiler(logits, target, epsilon: float, ignore_index: int):
+    """Summed (loss, nll_loss) of raw logits [N, V] vs target [N], the same function as
+    :func:`fused_label_smoothed_nll_loss`, written in plain operations for torch.compile.
+
+    Per row it needs only the log-sum-exp ``L``, the sum of the logits and the target's logit:
+    ``nll = L - z_y`` and ``Σ_v -log p_v = V·L - Σ_v z_v``. The compiler fuses these into one reduction over
+    the half-precision logits and the backward (``softmax(z) - eps_i - (1 - ε - eps_i)·onehot(y)``) into one
+    element-wise pass writing the gradient in the logits' dtype: no float32 [N, V] tensor is stored, where
+    the eager path keeps the float32 log-probabilities and makes six passes over them. The target's logit is
+    selected by comparison rather than ``gather``, whose backward would scatter into a zero [N, V] buffer."""
+    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    vocab = z.size(-1)
+    lse = torch.logsumexp(z, dim=-1)
+    is_target = torch.arange(vocab, device=z.device) == target.unsqueeze(-1)
+    z_target = torch.where(is_target, z, 0.0).sum(-1)
+    keep = target.ne(ignore_index)
+    nll = torch.where(keep, lse - z_target, 0.0).sum()
+    smooth = torch.where(keep, vocab * lse - z.sum(-1), 0.0).sum()
+    eps_i = epsilon / (vocab - 1)
+    return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll.detach()
+
+
 @register_criterion("label_smoothed_cross_entropy", LabelSmoothedCrossEntropyConfig)
 class LabelSmoothedCrossEntropyCriterion:
     def __init__(self, cfg: LabelSmoothedCrossEntropyConfig | None = None, task=None,
@@ -119,9 +142,13 @@ class LabelSmoothedCrossEntropyCriterion:
         if padding_idx is None:
             padding_idx = task.target_dictionary.pad() if task is not None else 1
         self.padding_idx = padding_idx
+        self.loss_from_logits = fused_label_smoothed_nll_loss
+
+    #: the loss in plain operations, for ``training.compile.compile_criterion`` to compile
+    loss_for_compiler = staticmethod(label_smoothed_loss_for_compiler)
 
     def __call__(self, model, sample):
         logits = model(**sample["net_input"])
-        loss, nll_loss = fused_label_smoothed_nll_loss(logits.view(-1, logits.size(-1)), sample["target"].reshape(-1),
-                                                       self.cfg.label_smoothing, self.padding_idx)
+        loss, nll_loss = self.loss_from_logits(logits.view(-1, logits.size(-1)), sample["target"].reshape(-1),
+                                               self.cfg.label_smoothing, self.padding_idx)
         return finish(loss, nll_loss, sample, self.cfg.sentence_avg)

@@ -49,6 +49,18 @@ def compile_for_training(model: torch.nn.Module, backend: str = "inductor") -> t
     return torch.compile(model, backend=counter), counter
 
 
+def compile_criterion(criterion, backend) -> None:
+    """Compile the loss of a criterion that offers one written for the compiler (``loss_for_compiler``, plain
+    operations with the signature of its ``loss_from_logits``); others are left as they are.
+
+    The loss over the vocabulary is memory-bound: compiled, its reduction and its backward each become one
+    pass over the [N, V] logits. It is a region of its own, after the model's, so the model's graph and its
+    compilation cache are the same with and without it."""
+    form = getattr(criterion, "loss_for_compiler", None)
+    if form is not None:
+        criterion.loss_from_logits = torch.compile(form, backend=backend)
+
+
 def resolve_compile(choice: str, device: torch.device) -> bool:
     """``--compile auto|on|off``: auto compiles on CUDA and not on the CPU (where compilation costs minutes of
     a small machine for a modest gain)."""

@@ -103,8 +103,9 @@ class Trainer:
         self.compile_counter = None
         module = model
         if compile_model:  # the training forward only; DDP wraps the compiled module (torch's recommendation)
-            from nmt_toolkit.training.compile import compile_for_training
+            from nmt_toolkit.training.compile import compile_criterion, compile_for_training
             module, self.compile_counter = compile_for_training(model)
+            compile_criterion(criterion, self.compile_counter)
         if world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
             self.wrapped = DistributedDataParallel(module, device_ids=ddp_device_ids, broadcast_buffers=False,
