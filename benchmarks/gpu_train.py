@@ -82,6 +82,16 @@ def write_profile(trainer: Trainer, batches: list[dict], device: torch.device, p
         f.write(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60) + "\n")
 
 
+def allow_only_sdpa(names: list[str]) -> None:
+    """Make the trainer's attention context allow only these SDPA back ends (names of SDPBackend)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from nmt_toolkit.training import trainer as trainer_module
+
+    backends = [getattr(SDPBackend, name.strip()) for name in names]
+    trainer_module.sdpa_backends = lambda device: sdpa_kernel(backends)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="transformer_big")
@@ -97,6 +107,9 @@ def main() -> None:
     p.add_argument("--to", dest="end", type=int, default=400)
     p.add_argument("--log-interval", type=int, default=100, help="read the statistics every N updates")
     p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--sdpa", default=None, metavar="BACKENDS",
+                   help="the SDPA kernels training may use instead of device_policy's, e.g. EFFICIENT_ATTENTION,MATH "
+                        "(an experiment: decides which kernels the compiled graph calls)")
     p.add_argument("--profile-table", default=None, metavar="FILE",
                    help="after the timed updates, profile 10 more with torch.profiler and write its table here")
     args = p.parse_args()
@@ -104,6 +117,8 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     device = torch.device(args.device)
+    if args.sdpa:
+        allow_only_sdpa(args.sdpa.split(","))
     registry.import_builtin_components()
     cfg = TransformerConfig()
     registry.ARCHITECTURES.get(args.arch).obj(cfg)
@@ -157,7 +172,7 @@ def main() -> None:
               "device": torch.cuda.get_device_name(device)
               if device.type == "cuda" else "cpu", "precision": efficiency.compute_dtype(precision)
               if device.type == "cuda" else args.precision, "max_tokens": args.max_tokens,
-              "compile": compiling, "pad_to_multiple": multiple, "torch": torch.__version__,
+              "compile": compiling, "pad_to_multiple": multiple, "sdpa": args.sdpa, "torch": torch.__version__,
               "updates": [args.start, args.end], "target_tokens_per_s": round(wps), "model_tflops": round(tflops, 2),
               "peak_tflops": peak, "mfu": None if ratio is None else round(ratio, 4),
               "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
