@@ -32,7 +32,7 @@ class OptimizationConfig:
     valid_subset: str = option("valid", "comma-separated validation splits")
     train_subset: str = option("train", "training split")
     cpu: bool = option(False, "train on CPU even when a GPU is available")
-    compile: str = option("auto", "torch.compile the model for training (auto = on CUDA only; the number of "
+    compile: str = option("auto", "torch.compile the model and the loss for training (auto = on CUDA only; the number of "
                           "graphs compiled is logged)", choices=["auto", "on", "off"])
     pad_to_multiple: Optional[int] = option(None, "pad source and target lengths of each training batch to a "
                                             "multiple of N with pad tokens (fewer shapes to compile; the loss "
