@@ -83,14 +83,4 @@ case "$PART" in
   *) echo "usage: $0 [all|cpu2|gpu]" >&2; exit 2 ;;
 esac
 echo "== gpu_decode_suite.sh $PART done in $(( $(date +%s) - SUITE_START ))s"
-"$PY" - "$R" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("benchmark") == "gpu_decode":
-        same = "" if r.get("identical_to_eager") is None else f' identical {r["identical_to_eager"]}'
-        print(f'{r["model"][:34]:34s} {r["device"]:16s} {r["dtype"]:4s} {str(r.get("search"))[:20]:20s} '
-              f'{r["sentences_per_s"]} sent/s{same}')
-    else:
-        print(r)
-PY
+"$PY" "$REPO/benchmarks/suite_summary.py" "$R"

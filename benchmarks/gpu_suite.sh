@@ -50,16 +50,4 @@ step "$R" "$L" base_bf16 110 "$PY" "$REPO/benchmarks/gpu_train.py" --arch "$BASE
 step "$R" "$L" big_fp16 60 "$PY" "$REPO/benchmarks/gpu_train.py" --arch "$BIG" --precision fp16 "${SIZES[@]}"
 step "$R" "$L" big_tf32 150 "$PY" "$REPO/benchmarks/gpu_train.py" --arch "$BIG" --precision tf32 "${SIZES[@]}"
 echo "== gpu_suite.sh done in $(( $(date +%s) - SUITE_START ))s"
-"$PY" - "$R" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("benchmark") == "gpu_train":
-        print(f'{r["arch"]:17s} {r["dtype"]:5s} {r["target_tokens_per_s"]:>9,} tok/s {r["model_tflops"]:7.1f} TFLOP/s '
-              f'mfu {r["mfu"]} of {r["peak_tflops"]} | {r["peak_memory_gb"]} GB | graphs {r["compiled_graphs"]} | '
-              f'{r["seconds_before_from"]} s to update {r["updates"][0]}')
-    elif r.get("benchmark") == "matmul_ceiling":
-        print(f'matmul 8192^3 {r["dtype"]}: {r["tflops"]} TFLOP/s')
-    else:
-        print(r)
-PY
+"$PY" "$REPO/benchmarks/suite_summary.py" "$R"

@@ -49,20 +49,4 @@ step "$OLD_R" "$L" old_big_bf16_again 45 "${old[@]}" --arch "$BIG" --precision b
 step "$NEW_R" "$L" new_big_bf16_again 45 "${new[@]}" --arch "$BIG" --precision bf16 --max-tokens "$TOKENS"
 step "$NEW_R" "$L" new_base_bf16 120 "${new[@]}" --arch "$BASE" --precision bf16 --max-tokens "$TOKENS"
 echo "== gpu_train_ab.sh done in $(( $(date +%s) - SUITE_START ))s"
-for f in "$OLD_R" "$NEW_R" "$OUT/gpu_decode.jsonl"; do
-  echo "-- $(basename "$f")"
-  "$PY" - "$f" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("benchmark") == "gpu_train":
-        print(f'{r["arch"]:17s} {r["dtype"]:5s} {r["max_tokens"]:6d} {r["target_tokens_per_s"]:>9,} tok/s '
-              f'{r["model_tflops"]:7.1f} TFLOP/s mfu {r["mfu"]} | {r["peak_memory_gb"]} GB | graphs '
-              f'{r["compiled_graphs"]} | {r["seconds_before_from"]} s to update {r["updates"][0]}')
-    elif r.get("benchmark") == "gpu_decode":
-        print(r["search"], r["sentences_per_s"], "sent/s, identical", r.get("identical_to_eager"), "of",
-              r.get("compared"), "with score", r.get("identical_with_score"))
-    else:
-        print(r)
-PY
-done
+"$PY" "$REPO/benchmarks/suite_summary.py" "$OLD_R" "$NEW_R" "$OUT/gpu_decode.jsonl"
