@@ -14,7 +14,9 @@
 # Prints the table: direction, multilingual BLEU, bilingual BLEU, difference, and the bar (within 2.0 or better).
 #
 # --ci: the first 400/60/50 lines, a 1+1 x 32 model, vocabulary 300, 12 updates (bilinguals 2), beam 2, zero-shot
-# de-fr only: checks the chain (the BLEU of such a run is 0).
+# de-fr only: checks the chain (the BLEU of such a run is 0). Its steps take seconds, most of them starting Python
+# and torch, so two run at once, one thread each (OMP_NUM_THREADS, default 1): the independent data-bins, then
+# the seven trainings, then the decodes.
 # Every step is skipped when its output exists, so a stopped run resumes. Environment: UPDATES, MULTI30K (the
 # data folder, default <repo>/../shared/data/multi30k), LOCK (a file: every training and decoding then runs
 # under `flock $LOCK nice -n 5`), ZERO_SHOT (zero-shot directions, "de-fr fr-de cs-de"), ENCODER_LANGTOK (src).
@@ -33,17 +35,29 @@ if [ $CI = 1 ]; then
   MODEL=(--encoder-layers 1 --decoder-layers 1 --embed-dim 32 --ffn-embed-dim 64 --attention-heads 2)
   OPT=(--max-tokens 1024 --warmup-updates 4 --lr 3e-3)
   SEARCH=(--beam 2 --lenpen 0.6 --batch-size 64 --max-len-a 1.2 --max-len-b 5)
+  JOBS=2; export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 else
   U=${UPDATES:-1200}; VOCAB=8000; ZERO_SHOT=${ZERO_SHOT:-de-fr fr-de cs-de}
   MODEL=(--encoder-layers 3 --decoder-layers 3 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4)
   OPT=(--max-tokens 4096 --warmup-updates 200 --lr 1e-3)
   SEARCH=(--beam 4 --lenpen 0.6 --batch-size 64 --max-len-a 1.5 --max-len-b 10)
+  JOBS=1  # each step uses every core
 fi
 [ $((U % 6)) = 0 ] || { echo "run.sh: UPDATES=$U: must be a multiple of 6 (each bilingual model gets UPDATES/6)" >&2; exit 2; }
 RECIPE=(--arch transformer_base "${MODEL[@]}" "${OPT[@]}" --seed 1 --share-all-embeddings --dropout 0.1
   --optimizer adam --adam-betas 0.9,0.98 --lr-scheduler inverse_sqrt --criterion label_smoothed_cross_entropy
   --label-smoothing 0.1 --no-epoch-checkpoints --no-validate-at-start --log-format simple --log-interval 20)
 SEARCH+=(--lenpen-style fairseq)
+
+PIDS=()
+spawn() {  # run "$@" in the background, at most JOBS steps at once (JOBS=1: in the foreground, where Ctrl-C stops it)
+  if [ "$JOBS" = 1 ]; then "$@"; return; fi
+  if [ ${#PIDS[@]} -ge "$JOBS" ]; then wait "${PIDS[0]}"; PIDS=("${PIDS[@]:1}"); fi
+  "$@" & PIDS+=($!)
+}
+settle() {  # wait for every spawned step; a failed one stops the script (set -e)
+  local p; for p in "${PIDS[@]}"; do wait "$p"; done; PIDS=()
+}
 
 data() {  # the corpus: Multi30k itself, or its first lines for --ci
   if [ $CI = 0 ]; then D=$DATA; return 0; fi
@@ -87,23 +101,26 @@ decode() {  # DATABIN CHECKPOINT PAIR OUTDIR [--input FILE]: the detokenized hyp
 
 data
 MULTI_PAIRS=${PAIRS// /,}
-preprocess "$W/multi/bin" --lang-pairs "$MULTI_PAIRS"
-for x in de fr cs; do preprocess "$W/bi-en-$x/bin" --lang-pairs "en-$x,$x-en"; done
+spawn preprocess "$W/multi/bin" --lang-pairs "$MULTI_PAIRS"
+for x in de fr cs; do spawn preprocess "$W/bi-en-$x/bin" --lang-pairs "en-$x,$x-en"; done
+settle
 
-train "$W/multi/bin" "$W/multi/ck" "$U" --task translation_multi_simple_epoch --lang-pairs "$MULTI_PAIRS" \
+spawn train "$W/multi/bin" "$W/multi/ck" "$U" --task translation_multi_simple_epoch --lang-pairs "$MULTI_PAIRS" \
   --encoder-langtok "${ENCODER_LANGTOK:-src}" --decoder-langtok --sampling-method temperature --sampling-temperature 1.5
 for p in $PAIRS; do
   x=${p/en/}; x=${x/-/}
-  train "$W/bi-en-$x/bin" "$W/bi-$p/ck" $((U / 6)) --source-lang "${p%-*}" --target-lang "${p#*-}"
+  spawn train "$W/bi-en-$x/bin" "$W/bi-$p/ck" $((U / 6)) --source-lang "${p%-*}" --target-lang "${p#*-}"
 done
+settle
 
 for p in $PAIRS; do
-  decode "$W/multi/bin" "$W/multi/ck/checkpoint_last.pt" "$p" "$W/multi"
+  spawn decode "$W/multi/bin" "$W/multi/ck/checkpoint_last.pt" "$p" "$W/multi"
   x=${p/en/}; x=${x/-/}
-  decode "$W/bi-en-$x/bin" "$W/bi-$p/ck/checkpoint_last.pt" "$p" "$W/bi-$p"
+  spawn decode "$W/bi-en-$x/bin" "$W/bi-$p/ck/checkpoint_last.pt" "$p" "$W/bi-$p"
 done
 for p in $ZERO_SHOT; do  # no test.de-fr in the data-bin: the raw source text
-  decode "$W/multi/bin" "$W/multi/ck/checkpoint_last.pt" "$p" "$W/multi" --input "$D/test_2016_flickr.${p%-*}"
+  spawn decode "$W/multi/bin" "$W/multi/ck/checkpoint_last.pt" "$p" "$W/multi" --input "$D/test_2016_flickr.${p%-*}"
 done
+settle
 
 python "$HERE/table.py" "$W" "$D/test_2016_flickr" --pairs $PAIRS --zero-shot $ZERO_SHOT --updates "$U" | tee "$W/table.md"
