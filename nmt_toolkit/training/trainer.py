@@ -102,7 +102,8 @@ class Trainer:
         self.skips_on_device = bool(getattr(optimizer, "_step_supports_amp_scaling", False))
         self.compile_counter = None
         module = model
-        if compile_model:  # the training forward only; DDP wraps the compiled module (torch's recommendation)
+        if compile_model:  # the model for training (validation keeps the plain module) and the criterion's loss;
+            # DDP wraps the compiled module (torch's recommendation)
             from nmt_toolkit.training.compile import compile_criterion, compile_for_training
             module, self.compile_counter = compile_for_training(model)
             compile_criterion(criterion, self.compile_counter)
