@@ -11,7 +11,7 @@ import pytest
 
 from nmt_toolkit.cli.preprocess import run as preprocess
 from nmt_toolkit.cli.train import run as train
-from nmt_toolkit.data.corpora import CorpusSamplingConfig, draw, epoch_counts
+from nmt_toolkit.data.corpora import CorpusSamplingConfig, draw, epoch_counts, temperature_shares
 from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask
 from tests.train_helpers import TINY, load, same_state
 
@@ -123,6 +123,27 @@ def test_epoch_counts_worked_by_hand():
     assert epoch_counts([900, 100], CorpusSamplingConfig(upsample_primary=3)) == [2700, 100]
     # shares 1/3 each of 10: 3.33 → the largest remainders, earlier corpus first among equals: 4, 3, 3
     assert epoch_counts([5, 3, 2], CorpusSamplingConfig(corpus_weights="1,1,1")) == [4, 3, 3]
+
+
+def test_a_temperature_near_0_gives_the_largest_corpus_the_whole_epoch():
+    # shares ∝ n_i^(1/T): as T → 0 the largest corpus's share tends to 1, so an epoch of N = 2900 + 300 = 3200
+    # pairs is 3200 of the first and 0 of the second; equally largest corpora share it, 700 → 350 + 350 + 0.
+    # Each T here underflows every (n_i/N)^(1/T) (0.906^10000 ≈ e^-986), 5e-324 is the smallest T > 0.
+    for t in (1e-4, 1e-300, 5e-324):
+        cfg = CorpusSamplingConfig(corpus_sampling="temperature", corpus_temperature=t)
+        assert epoch_counts([2900, 300], cfg) == [3200, 0], t
+        assert epoch_counts([300, 300, 100], cfg) == [350, 350, 0], t
+        assert epoch_counts([100, 300], cfg) == [0, 400], t
+    assert temperature_shares([5], 1e-300).tolist() == [1.0]  # one corpus: all of it
+
+
+def test_weights_are_relative_however_large():
+    # 1e308 : 1e308 is 1 : 1 of 3200 pairs; 1.5e308 : 0.5e308 is 3 : 1 (2400 + 800), though each sum is past
+    # the largest float; 1e308 : 1e-308 gives the second corpus 1e-616 of the epoch: none of 3200
+    assert epoch_counts([2900, 300], CorpusSamplingConfig(corpus_weights="1e308,1e308")) == [1600, 1600]
+    assert epoch_counts([2900, 300], CorpusSamplingConfig(corpus_weights="1.5e308,0.5e308")) == [2400, 800]
+    assert epoch_counts([2900, 300], CorpusSamplingConfig(corpus_weights="1e308,1e-308")) == [3200, 0]
+    assert epoch_counts([2900, 300], CorpusSamplingConfig(corpus_weights="5e-324,1e-323")) == [1067, 2133]
 
 
 def test_draw_repeats_evenly_and_samples_without_replacement():

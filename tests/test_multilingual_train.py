@@ -9,8 +9,8 @@ import pytest
 
 from nmt_toolkit.cli.preprocess import run as preprocess
 from nmt_toolkit.cli.train import run as train
-from nmt_toolkit.data.corpora import CorpusSamplingConfig
-from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
+from nmt_toolkit.data.corpora import CorpusSamplingConfig, temperature_shares
+from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask, fairseq_epoch_size
 from tests.test_multilingual_data import FAIRSEQ_PY, PAIRS, _slice, mbin, raw  # noqa: F401 (fixtures)
 from tests.train_helpers import TINY, load, same_state
 
@@ -102,6 +102,18 @@ def test_temperature_sampling_over_directions_worked_by_hand(uneven_bin):
     task.sample_corpora("train", CorpusSamplingConfig(), seed=3)
     task.load_dataset("train")
     assert _pairs_in_epoch(task, task.get_batch_iterator(split="train", seed=3)) == {"en-de": 300, "en-fr": 100}
+
+
+def test_a_temperature_near_0_gives_the_largest_direction_the_whole_epoch(uneven_bin):
+    # shares ∝ n_i^(1/T) tend to 1 : 0 over 300 and 100 pairs as T → 0, and fairseq's epoch keeps the largest
+    # direction's 300 and scales the other by its share relative to the largest's, 0: 300 pairs, all en-de
+    for t in (1e-300, 5e-324):
+        assert fairseq_epoch_size([300, 100], temperature_shares([300, 100], t)) == 300
+        assert fairseq_epoch_size([300, 300, 100], temperature_shares([300, 300, 100], t)) == 600  # 2 × 300
+    task = _task(uneven_bin, encoder_langtok="tgt", sampling_method="temperature", sampling_temperature=1e-300)
+    task.sample_corpora("train", CorpusSamplingConfig(), seed=3)
+    task.load_dataset("train")
+    assert _pairs_in_epoch(task, task.get_batch_iterator(split="train", seed=3)) == {"en-de": 300, "en-fr": 0}
 
 
 MULTI = ["--task", "translation_multi_simple_epoch", "--encoder-langtok", "src", "--decoder-langtok",

@@ -6,9 +6,10 @@ How many pairs of each corpus an epoch holds (:func:`epoch_counts`), for corpora
 - ``concat`` (the default): every pair once, the first corpus ``--upsample-primary`` times (fairseq's
   translation task, which concatenates ``train``, ``train1``, … the same way);
 - ``--corpus-weights w_1,w_2,…``: the epoch holds as many pairs as all corpora together (``N = Σ n_i``),
-  a share ``w_i / Σ w`` of them from corpus ``i``;
+  a share ``w_i / Σ w`` of them from corpus ``i`` (weights are relative: ``1e308,1e308`` is 1:1);
 - ``--corpus-sampling temperature --corpus-temperature T``: shares ``∝ n_i^(1/T)`` (T = 1: by size; a
-  larger T flattens them towards uniform), as fairseq's multilingual ``--sampling-temperature``.
+  larger T flattens them towards uniform; as T → 0 the largest corpus takes all), as fairseq's
+  multilingual ``--sampling-temperature``.
 
 Shares become whole counts by the largest remainder, so they add up to ``N`` and do not vary from epoch to
 epoch. Which pairs a corpus gives (:func:`draw`): all of them ``count // n_i`` times, then ``count mod n_i``
@@ -105,18 +106,36 @@ def epoch_counts(sizes: Sequence[int], cfg: CorpusSamplingConfig, total: Optiona
     sizes_arr = np.asarray(sizes, dtype=np.float64)
     weights = cfg.weights()
     if weights is not None:
-        shares = np.asarray(weights, dtype=np.float64)
+        shares = weight_shares(weights)
     elif cfg.corpus_sampling == "temperature":
         shares = temperature_shares(sizes, cfg.corpus_temperature)
     else:
         return [int(n) * (cfg.upsample_primary if i == 0 else 1) for i, n in enumerate(sizes)]
-    return _whole_counts(shares / shares.sum(), int(sizes_arr.sum()) if total is None else total)
+    return _whole_counts(shares, int(sizes_arr.sum()) if total is None else total)
+
+
+def weight_shares(weights: Sequence[float]) -> np.ndarray:
+    """``w_i / Σ w``. Weights are relative, so they are first scaled by the power of two that brings the
+    largest into [0.5, 1): exact, so the shares are those of ``w / Σ w`` wherever that sum is finite, and
+    weights near the float limit (``1e308,1e308``) cannot sum to inf and make every share 0."""
+    values = np.asarray(weights, dtype=np.float64)
+    scaled = np.ldexp(values, -int(np.frexp(values.max())[1]))
+    return scaled / scaled.sum()
 
 
 def temperature_shares(sizes: Sequence[int], temperature: float) -> np.ndarray:
-    """``n_i^(1/T)``, normalised: the shares of temperature sampling."""
-    shares = (np.asarray(sizes, dtype=np.float64) / float(sum(sizes))) ** (1.0 / temperature)
-    return shares / shares.sum()
+    """``n_i^(1/T)``, normalised: the shares of temperature sampling. The powers are fairseq's
+    ``(n_i/N)^(1/T)`` (the epoch length of :func:`~nmt_toolkit.tasks.multilingual.fairseq_epoch_size` is
+    truncated as fairseq's, so its rounding matters); where even the largest underflows (T near 0: all
+    would be 0, the shares 0/0), they are taken relative to the largest, in logs, which gives the limit
+    T → 0: the largest corpus takes the whole epoch, equally largest ones share it."""
+    sizes_arr = np.asarray(sizes, dtype=np.float64)
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):
+        powers = (sizes_arr / sizes_arr.sum()) ** (1.0 / temperature)
+        if not powers.max() >= np.finfo(np.float64).tiny:
+            logs = np.log(sizes_arr)
+            powers = np.exp((logs - logs.max()) / temperature)
+    return powers / powers.sum()
 
 
 def draw(sizes: Sequence[int], counts: Sequence[int], seed: int, epoch: int) -> list[np.ndarray]:
