@@ -48,7 +48,7 @@ def test_items_are_fairseqs_token_for_token(mbin, tmp_path, flags, options):  # 
     script = tmp_path / "items.py"
     script.write_text(FAIRSEQ_ITEMS)
     langs = tmp_path / "langs.txt"
-    langs.write_text("fr\ncs\nen\nde\n")  # not sorted, and one language no direction uses
+    langs.write_text("fr\ncs\nen\nfr\nde\n")  # not sorted, one language no direction uses, one listed twice
     flags = [f.format(langs=langs) for f in flags]
     options = {k: v.format(langs=langs) if isinstance(v, str) else v for k, v in options.items()}
     done = subprocess.run([str(FAIRSEQ_PY), str(script), str(mbin), PAIRS, *flags], capture_output=True, text=True,
@@ -211,3 +211,17 @@ def test_a_lang_dict_without_a_used_language_is_one_line(mbin, tmp_path, capsys)
                   "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ck")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and f"--lang-dict {langs}: lacks fr, which --lang-pairs uses" in err[-1]
+
+
+def test_a_language_listed_twice_in_the_lang_dict_gets_one_token(mbin, tmp_path, caplog):  # noqa: F811
+    # fairseq adds __en__ once (its add_symbol keeps the first id): the tokens follow the dictionary's last
+    # entry in first-listed order, en de fr, and the task's languages (what a model folder records) are distinct
+    langs = tmp_path / "langs.txt"
+    langs.write_text("en\nde\n\nfr\nen\n")
+    plain_size = len(_task(mbin).source_dictionary) - 3
+    with caplog.at_level("WARNING", logger="nmt_toolkit.tasks.multilingual"):
+        task = _task(mbin, lang_dict=str(langs))
+    d = task.source_dictionary
+    assert task.langs == ["en", "de", "fr"] and len(d) == plain_size + 3
+    assert [d[plain_size + k] for k in range(3)] == ["__en__", "__de__", "__fr__"]
+    assert f"--lang-dict {langs} line 5: en again (first on line 1); its token is added once" in caplog.text

@@ -85,12 +85,21 @@ def language_token(lang: str, style: str = "multilingual") -> str:
 
 def read_lang_dict(path: str, needed: list[str]) -> list[str]:
     """The languages of ``--lang-dict``, in its order; one that a direction needs and the file lacks is
-    one line naming both."""
+    one line naming both. A language listed again is dropped with a warning naming both lines: fairseq
+    adds its token once too (its dictionary's add_symbol keeps the first id), so the ids stay fairseq's,
+    and the languages a model records stay distinct (a model folder refuses a repeated one)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            langs = [line.strip() for line in handle if line.strip()]
+            numbered = [(number, line.strip()) for number, line in enumerate(handle, 1) if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"--lang-dict {path}: cannot read it ({exc})") from None
+    first_line: dict[str, int] = {}
+    for number, lang in numbered:
+        if lang in first_line:
+            logger.warning("--lang-dict %s line %d: %s again (first on line %d); its token is added once",
+                           path, number, lang, first_line[lang])
+        first_line.setdefault(lang, number)
+    langs = list(first_line)
     missing = [lang for lang in needed if lang not in langs]
     if missing:
         raise DataError(f"--lang-dict {path}: lacks {', '.join(missing)}, which --lang-pairs uses")
