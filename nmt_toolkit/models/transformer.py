@@ -30,13 +30,17 @@ UNBOUNDED_POSITIONS = 1_000_000  # sinusoidal encodings are computed for any len
 class TransformerConfig:
     """Options of the ``transformer`` model (Table 3 rows are reachable with these flags)."""
 
-    encoder_layers: int = option(6, "number of encoder layers (N)", low=1)
-    decoder_layers: int = option(6, "number of decoder layers (N)", low=1)
-    embed_dim: int = option(512, "model dimension d_model (embeddings and every sub-layer output)", low=1)
-    ffn_embed_dim: int = option(2048, "inner dimension d_ff of the position-wise feed-forward networks", low=1)
-    attention_heads: int = option(8, "number of attention heads (h)", low=1)
-    key_dim: Optional[int] = option(None, "per-head query/key dimension d_k [default: embed_dim / heads]", low=1)
-    value_dim: Optional[int] = option(None, "per-head value dimension d_v [default: embed_dim / heads]", low=1)
+    encoder_layers: int = option(6, "number of encoder layers (N)", low=1, high=1000)
+    decoder_layers: int = option(6, "number of decoder layers (N)", low=1, high=1000)
+    embed_dim: int = option(512, "model dimension d_model (embeddings and every sub-layer output)", low=1,
+                            high=65536)
+    ffn_embed_dim: int = option(2048, "inner dimension d_ff of the position-wise feed-forward networks", low=1,
+                                 high=1 << 20)
+    attention_heads: int = option(8, "number of attention heads (h)", low=1, high=1024)
+    key_dim: Optional[int] = option(None, "per-head query/key dimension d_k [default: embed_dim / heads]", low=1,
+                                   high=65536)
+    value_dim: Optional[int] = option(None, "per-head value dimension d_v [default: embed_dim / heads]", low=1,
+                                     high=65536)
     dropout: float = option(0.1, "dropout on sub-layer outputs and on embedding + position sums (P_drop)",
                             low=0, high=1, high_open=True)
     attention_dropout: float = option(0.0, "dropout on attention probabilities", low=0, high=1, high_open=True)
@@ -53,7 +57,8 @@ class TransformerConfig:
                                            "lays them out (the paper's frequencies, sine half then cosine half, "
                                            "positions from 0): for Hugging Face Marian (OPUS-MT) models",
                                   choices=["paper", "fairseq", "marian"])
-    max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)", low=1)
+    max_positions: int = option(1024, "rows of the learned positional table (sinusoidal has no limit)", low=1,
+                                high=1_000_000)
     share_all_embeddings: bool = option(False, "one matrix for encoder input, decoder input and pre-softmax "
                                                "weights (needs a joined dictionary)")
     share_decoder_input_output_embed: bool = option(False, "tie the decoder input embeddings and the "

@@ -210,7 +210,7 @@ def test_a_checkpoint_config_outside_the_range_is_refused_naming_it():
 
     with pytest.raises(NmtError, match=r"^ck\.pt: model config: dropout 1\.5: must be a finite number in \[0, 1\)$"):
         config.from_dict(TransformerConfig, {"dropout": 1.5}, "ck.pt: model config")
-    with pytest.raises(NmtError, match=r"^ck\.pt: model config: attention_heads 0: must be an integer ≥ 1$"):
+    with pytest.raises(NmtError, match=r"^ck\.pt: model config: attention_heads 0: must be an integer in \[1, 1024\]$"):
         config.from_dict(TransformerConfig, {"attention_heads": 0}, "ck.pt: model config")
 
 
