@@ -72,7 +72,7 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
         weights = state["model"]
         model = _unfilled_model(config, src_dict, tgt_dict, path)
         _check_shapes(path, model.state_dict(), weights, config, src_dict, tgt_dict, dict_files)
-        _check_finite(path, weights)
+        _check_values(path, model.state_dict(), weights)
         model.load_state_dict(weights)
         model.eval()
         if device is not None:
@@ -80,6 +80,19 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
         models.append(model)
         configs.append(config)
     return models, configs
+
+
+def check_state_dict(path: str, config: dict, weights: dict, src_dict, tgt_dict) -> None:
+    """What :func:`load_models` checks of a checkpoint's weights, for a checkpoint about to be written (the
+    importers check what they converted before writing anything): the config builds a model (on the meta
+    device: no memory, however large it says the model is), every tensor has that model's name and shape, and
+    every value is a finite float. ``path`` names the source in the messages."""
+    from nmt_toolkit.models import build_model_from_config_dict
+
+    with torch.device("meta"):
+        expected = build_model_from_config_dict(config, src_dict, tgt_dict, what=path).state_dict()
+    _check_shapes(path, expected, weights, config, src_dict, tgt_dict, ())
+    _check_values(path, expected, weights)
 
 
 def _unfilled_model(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
@@ -142,9 +155,18 @@ def _check_shapes(path: str, expected: dict, weights: dict, config: dict, src_di
         raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
 
 
+def _check_values(path: str, expected: dict, weights: dict) -> None:
+    """A weight of the model that the file holds as integers or booleans (``load_state_dict`` would copy
+    them in as numbers: garbage decoded with exit 0), or a NaN or infinite weight (a diverged run, a damaged
+    file: decoding prints ``-inf`` hypotheses and exits 0), is an error at load."""
+    for key, tensor in expected.items():
+        if tensor.is_floating_point() and not weights[key].is_floating_point():
+            raise DataError(f"{path}: tensor {key!r} is {str(weights[key].dtype).replace('torch.', '')}, not "
+                            f"floating point: an edited or damaged file")
+    _check_finite(path, weights)
+
+
 def _check_finite(path: str, weights: dict) -> None:
-    """A NaN or infinite weight (a diverged run, a damaged file) is an error at load: decoding with it
-    prints ``-inf`` hypotheses and exits 0, a wrong result that looks like a finished run."""
     for key, tensor in weights.items():
         # a NaN or inf makes the sum NaN or inf, so a finite sum clears the tensor in one cheap pass (a sum
         # that overflows is checked element by element)

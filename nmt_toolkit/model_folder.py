@@ -12,7 +12,11 @@ described by ``manifest.json``; the unit people download, share, serve and fine-
 
 A dictionary's ``size`` and ``sha256`` are those of :meth:`Dictionary.checksum` (the symbols in index order,
 what decides the ids), the identity checkpoints and data-bins record: a folder can be compared with either.
-Every file the manifest names is a plain name inside the folder; nothing outside it is ever read.
+Every file the manifest names is a plain name inside the folder, and none is a link leading out of it; nothing
+outside it is ever read. The manifest's ``files`` records the size and sha256 of every other file: reading
+checks them for config.json and the subword models (another sentencepiece model segments otherwise, with no
+error) and the size of the weights (their shapes and values are checked when loaded; hashing gigabytes on
+every load would cost seconds). A folder written before ``files`` existed is read without it.
 
 A multilingual folder (a ``--task translation_multi_simple_epoch`` model) has no ``source_lang``/``target_lang``:
 its manifest lists ``languages`` (every language with a token in the dictionary) and, under ``multilingual``,
@@ -24,14 +28,19 @@ it without its tags refuses it by version.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.folder_files import member
+from nmt_toolkit.data.json_files import read_json_object
+from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, is_language_code
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
 
 FORMAT = "nmt_toolkit-model-folder"
@@ -58,10 +67,21 @@ def is_model_folder(path: str) -> bool:
 
 
 def data_folder_of(path: Optional[str]) -> Optional[str]:
-    """The model folder that serves as the data-bin of ``--path`` (a folder, or an ensemble ``a:b`` whose first
-    member is one: the others are checked against its dictionaries), else None."""
+    """The model folder that serves as the data-bin of ``--path`` when no data-bin is given (a folder, or an
+    ensemble ``a:b`` whose first member is one: the others are checked against its dictionaries); None for no
+    path. Any other path needs a data-bin, and the error says why: it does not exist, it is a folder that is
+    no model folder, or it is a checkpoint file or a CTranslate2 export, which hold no dictionaries of ours."""
     first = (path or "").split(":")[0]
-    return first if is_model_folder(first) else None
+    if not first or is_model_folder(first):
+        return first or None
+    if not os.path.exists(first):
+        raise DataError(f"{first}: no such checkpoint or model folder")
+    if os.path.isdir(first) and not os.path.isfile(os.path.join(first, "nmt_export.json")):
+        raise DataError(f"{first}: a folder without {MANIFEST}, so not a model folder (nmt-export --format folder "
+                        f"writes one; a checkpoint is a file, decoded with its data-bin)")
+    kind = "a CTranslate2 export" if os.path.isdir(first) else "a checkpoint file"
+    raise UsageError(f"{first}: {kind} holds no dictionaries; give the data-bin it was trained on (positional "
+                     f"DATA, or Translator.load(path, data=...)), or a model folder")
 
 
 def scheme_of_codec(kind: Optional[str]) -> str:
@@ -197,6 +217,7 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
             "subword": {"scheme": subword_scheme, **names}, "target_lang_tag": target_lang_tag,
             "made_by": made_by, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
+        manifest["files"] = _fingerprints(tmp, manifest)
         _write_json(os.path.join(tmp, MANIFEST), manifest)
         _move_into_place(tmp, out_dir)
     except BaseException as exc:
@@ -236,8 +257,8 @@ def _check_multilingual(manifest: dict, where: str) -> None:
     """The languages and the multilingual record: distinct codes, directions between them, known tag options."""
     langs, record = manifest.get("languages"), manifest["multilingual"]
     if not isinstance(langs, list) or not langs or len(set(map(str, langs))) != len(langs) or not all(
-            isinstance(lang, str) and lang and lang.strip() == lang and not set(lang) & set(" -,") for lang in langs):
-        raise DataError(f"{where}: 'languages' must list distinct language codes")
+            is_language_code(lang) for lang in langs):
+        raise DataError(f"{where}: 'languages' must list distinct language codes (ASCII letters, digits and _)")
     if not isinstance(record, dict) or set(record) != set(MULTILINGUAL_KEYS):
         raise DataError(f"{where}: 'multilingual' must hold exactly {', '.join(MULTILINGUAL_KEYS)}")
     pairs, known = record["lang_pairs"], set(langs)  # a set: a many-to-many model lists thousands of directions
@@ -367,36 +388,29 @@ def _umask() -> int:
 
 
 def read_model_folder(path: str) -> ModelFolder:
-    """Read and check the folder at ``path``: its manifest, config and dictionaries (against the manifest's
-    sha256). The weights are read on :meth:`ModelFolder.state_dict`. A malformed folder is one DataError
-    naming the file and what is wrong."""
+    """Read and check the folder at ``path``: its manifest, the sizes and sha256 it records of the other files,
+    the config (the model's options as their dataclass declares them) and the dictionaries (against the
+    manifest's sha256). The weights are read on :meth:`ModelFolder.state_dict`. A malformed folder is one
+    DataError naming the file and what is wrong."""
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such model folder" if not os.path.exists(path) else f"{path}: not a folder")
-    manifest_path = os.path.join(path, MANIFEST)
-    manifest = _read_json(manifest_path, "manifest")
+    manifest_path = member(path, MANIFEST)
+    manifest = read_json_object(manifest_path, "the manifest", missing=_MISSING)
     _check_manifest(manifest, manifest_path, path)
-    config = _read_json(os.path.join(path, manifest["config"]), "model config")
-    _check_config(config, os.path.join(path, manifest["config"]), manifest)
+    config_path = os.path.join(path, manifest["config"])
+    config = read_json_object(config_path, "the model config", missing=_MISSING)
+    _check_config(config, config_path, manifest)
     dicts = [_read_dictionary(path, manifest, role) for role in ROLES]
+    if manifest.get("target_lang_tag") is not None:
+        check_language_tag(manifest["target_lang_tag"], dicts[0].symbols, f"{manifest_path}: target_lang_tag",
+                           owner=os.path.join(path, manifest["dictionaries"]["source"]["file"]))
     scheme = manifest["subword"]["scheme"]
     subword_paths = {role: os.path.join(path, manifest["subword"][role]) for role in ROLES if scheme != "none"}
     return ModelFolder(path, manifest, config, dicts[0], dicts[1], scheme, subword_paths)
 
 
-def _read_json(path: str, what: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (a model folder holds {MANIFEST}, {CONFIG}, weights and "
-                        f"dictionaries)") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: the {what} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path}: the {what} is not a JSON object")
-    return value
+_MISSING = f"missing (a model folder holds {MANIFEST}, {CONFIG}, weights and dictionaries)"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _check_manifest(manifest: dict, where: str, folder: str) -> None:
@@ -411,6 +425,11 @@ def _check_manifest(manifest: dict, where: str, folder: str) -> None:
     for key in ("weights", "config") if multilingual else ("source_lang", "target_lang", "weights", "config"):
         if not isinstance(manifest.get(key), str) or not manifest[key]:
             raise DataError(f"{where}: {key!r} is missing or not a string")
+    for key in () if multilingual else ("source_lang", "target_lang"):
+        check_language_code(manifest[key], f"{where}: {key}")
+    if multilingual and manifest.get("target_lang_tag") is not None:
+        raise DataError(f"{where}: target_lang_tag {manifest['target_lang_tag']!r} in a multilingual folder, whose "
+                        f"tags follow its multilingual record: an edited file")
     dictionaries, subword = manifest.get("dictionaries"), manifest.get("subword")
     if not isinstance(dictionaries, dict) or not all(isinstance(dictionaries.get(r), dict) for r in ROLES):
         raise DataError(f"{where}: 'dictionaries' needs a 'source' and a 'target' entry")
@@ -426,14 +445,65 @@ def _check_manifest(manifest: dict, where: str, folder: str) -> None:
         files += [(f"subword.{r}", subword.get(r)) for r in ROLES]
     for key, name in files:
         _check_member(where, folder, key, name)
+    _check_fingerprints(manifest, where, folder)
 
 
 def _check_member(where: str, folder: str, key: str, name) -> None:
-    """A file the manifest names: a plain name inside the folder (never a path leading out of it), present."""
+    """A file the manifest names: a plain name inside the folder, present, and not a link leading out of it."""
     if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
         raise DataError(f"{where}: {key} {name!r} is not a file name inside the folder")
     if not os.path.isfile(os.path.join(folder, name)):
         raise DataError(f"{os.path.join(folder, name)}: missing (named by {where} as {key})")
+    member(folder, name, f"{key} of {MANIFEST}")
+
+
+def _fingerprinted(manifest: dict) -> list[str]:
+    """The files whose size and sha256 the manifest records (``files``): every file it names but the
+    dictionaries, which it identifies by their symbols."""
+    subword = manifest["subword"]
+    names = [manifest["config"], manifest["weights"]]
+    if subword["scheme"] != "none":
+        names += [subword[role] for role in ROLES]
+    return list(dict.fromkeys(names))
+
+
+def _fingerprints(folder: str, manifest: dict) -> dict:
+    """``files`` of a new manifest: name → size and sha256 of each of :func:`_fingerprinted`."""
+    return {name: {"size": os.path.getsize(os.path.join(folder, name)), "sha256": file_sha256(os.path.join(folder, name))}
+            for name in _fingerprinted(manifest)}
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_fingerprints(manifest: dict, where: str, folder: str) -> None:
+    """The files against the sizes and sha256 the manifest records: the config and the subword models by
+    sha256 (another sentencepiece model segments otherwise, with no error), the weights by size (their shapes
+    against the config and their values are checked when loaded; hashing gigabytes on every load would cost
+    seconds). A folder written before the record existed has none, and is read as before."""
+    record = manifest.get("files")
+    if record is None:
+        return
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: 'files' must be an object: file name → its size and sha256")
+    for name in _fingerprinted(manifest):
+        entry = record.get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or \
+                not isinstance(entry.get("sha256"), str) or not _SHA256.fullmatch(entry["sha256"]):
+            raise DataError(f"{where}: files.{name} must hold the file's size and sha256 (64 hexadecimal digits)")
+        path = os.path.join(folder, name)
+        size = os.path.getsize(path)
+        digest = None if name == manifest["weights"] else file_sha256(path)
+        if size != entry["size"] or digest not in (None, entry["sha256"]):
+            shown = f", sha256 {digest[:12]}…" if digest else ""
+            recorded = f", sha256 {entry['sha256'][:12]}…" if digest else ""
+            raise DataError(f"{path}: differs from the file the manifest records ({size} bytes{shown} against "
+                            f"{entry['size']} bytes{recorded}): the file was edited or replaced")
 
 
 def _check_config(config: dict, where: str, manifest: dict) -> None:
@@ -450,6 +520,27 @@ def _check_config(config: dict, where: str, manifest: dict) -> None:
     if "multilingual" not in manifest and components.get("task", "translation") != "translation":
         raise DataError(f"{where}: task {components.get('task')!r} without the manifest's multilingual record: an "
                         f"edited file")
+    _check_model_options(components["model"], config["model"], where)
+
+
+def _check_model_options(model: str, options: dict, where: str) -> None:
+    """The model's options as its config dataclass declares them (types, ranges, consistency), refused naming
+    this file and the key: a value the loader would trip over later (a string where a number goes, a width of
+    0, a billion layers) never reaches it."""
+    from nmt_toolkit.config import from_dict
+    from nmt_toolkit.errors import NmtError
+    from nmt_toolkit.registry import MODELS, import_builtin_components
+
+    import_builtin_components()
+    if model not in MODELS:
+        raise DataError(f"{where}: components.model {model!r} is not a model this nmt_toolkit knows (a plugin's? "
+                        f"load it with --user-dir)")
+    try:
+        cfg = from_dict(MODELS.get(model).config, options, what=f"{where}: model")
+        if hasattr(cfg, "validate"):
+            cfg.validate()
+    except NmtError as exc:
+        raise DataError(str(exc) if str(exc).startswith(where) else f"{where}: model: {exc}") from None
 
 
 def _read_dictionary(folder: str, manifest: dict, role: str) -> Dictionary:
@@ -471,8 +562,13 @@ def _read_safetensors(path: str) -> dict:
     if not os.path.isfile(path):
         raise DataError(f"{path}: missing (the model folder's weights)")
     try:
-        return load_file(path, device="cpu")
+        weights = load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{path}: not a safetensors file ({first}); a model folder's weights are never read "
                         f"as a pickle") from None
+    for name, tensor in weights.items():
+        if not tensor.is_floating_point():  # integers would be copied into float parameters as numbers
+            raise DataError(f"{path}: tensor {name!r} is {str(tensor.dtype).replace('torch.', '')}, not floating "
+                            f"point (a model folder's weights are float32)")
+    return weights

@@ -95,11 +95,11 @@ def test_separate_subword_models_keep_both(trained, tmp_path):
 def test_existing_folder_refused_unless_overwrite(folder, trained, tmp_path):
     out = _copy(folder, tmp_path)
     before = (out / "manifest.json").read_text()
-    with pytest.raises(DataError, match="already exists and is not empty"):
+    with pytest.raises(DataError, match="holds a model folder already; add --overwrite"):
         _write(out, trained)
     assert (out / "manifest.json").read_text() == before
-    _write(out, trained, overwrite=True, target_lang_tag=">>deu<<")
-    assert read_model_folder(str(out)).target_lang_tag == ">>deu<<"
+    _write(out, trained, overwrite=True, made_by="tests, again")
+    assert read_model_folder(str(out)).manifest["made_by"] == "tests, again"
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []  # no temporary folder left
 
 
@@ -155,9 +155,18 @@ def test_pickle_in_place_of_safetensors_refused_without_running_it(folder, tmp_p
         weights.write_bytes(pickle.dumps({"x": _Planted()}))
     else:
         torch.save({"x": _Planted()}, weights)
+    with pytest.raises(DataError, match="model.safetensors: differs from the file the manifest records"):
+        read_model_folder(str(out))  # the size the manifest records
+    _drop_fingerprints(out)  # a folder written before the manifest recorded them: the reader itself refuses
     with pytest.raises(DataError, match="model.safetensors: not a safetensors file"):
         read_model_folder(str(out)).state_dict()
     assert not (tmp_path / "PLANTED").exists()
+
+
+def _drop_fingerprints(folder):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_bpe_codes_round_trip_as_a_subword_nmt_codec(trained, tmp_path):

@@ -183,13 +183,14 @@ class Translator:
                             self.target_lang_tag(), getattr(self.task, "tag_source", None))
 
     def target_lang_tag(self) -> Optional[str]:
-        """The language token put before every source: ``--target-lang-tag``, else the model folder's; one
-        the source dictionary lacks is an error naming it (it would be encoded as ``<unk>``)."""
-        tag = self.gen.target_lang_tag or self.task.default_target_lang_tag()
-        if tag is not None and tag not in self.task.src_dict:
-            raise UsageError(f"--target-lang-tag {tag}: not a symbol of the source dictionary (a multilingual "
-                             f"model lists its tags, e.g. >>fra<<, in its vocabulary)")
-        return tag
+        """The language token put before every source: ``--target-lang-tag``, else the model folder's or the
+        data-bin's (checked when its file was read). A flag's tag that is no language tag of the source
+        dictionary (``</s>``, a word, a tag the model lacks) is an error naming it."""
+        from nmt_toolkit.data.language_codes import check_language_tag
+
+        if self.gen.target_lang_tag is not None:
+            check_language_tag(self.gen.target_lang_tag, self.task.src_dict.symbols, "--target-lang-tag", UsageError)
+        return self.gen.target_lang_tag or self.task.default_target_lang_tag()
 
     def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
         """Translate ``sentences`` (raw text, one sentence each); results in input order."""
