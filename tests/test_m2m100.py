@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -475,4 +476,49 @@ def test_nmt_convert_takes_no_language_options_for_m2m100(made, tmp_path, capsys
                     "--source-lang", "en"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--source-lang: not with --from m2m100" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def _nan_weight(folder):
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    weights["model.encoder.layers.0.fc1.weight"][0, 0] = float("nan")
+    save_file(weights, folder / "model.safetensors")
+
+
+def _link_out(folder):
+    outside = folder.parent / "elsewhere"
+    outside.mkdir()
+    shutil.move(folder / "sentencepiece.bpe.model", outside / "sentencepiece.bpe.model")
+    (folder / "sentencepiece.bpe.model").symlink_to(outside / "sentencepiece.bpe.model")
+
+
+CRAFTED = {
+    "nested tokenizer_config.json": (lambda f: (f / "tokenizer_config.json").write_text("[" * 100_000 + "]" * 100_000),
+                                     "tokenizer_config.json"),
+    "nested vocab.json": (lambda f: (f / "vocab.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+                          "vocab.json"),
+    "d_model of 4,000 digits": (lambda f: (f / "config.json").write_text(re.sub(
+        r'"d_model": \d+', '"d_model": ' + "7" * 4000, (f / "config.json").read_text())), "config.json"),
+    "dropout high": (lambda f: (f / "config.json").write_text(json.dumps(
+        {**json.loads((f / "config.json").read_text()), "dropout": "high"})), "dropout"),
+    "a NaN weight": (_nan_weight, "non-finite"),
+    "a sentencepiece model linking out": (_link_out, "link leading out"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_m2m100_folder_is_one_line_and_writes_nothing(case, made, tmp_path, capsys):
+    """Tracebacks (RecursionError, OverflowError, ValueError), or exit 0 with a folder that every program then
+    refuses, on the code before these checks."""
+    from nmt_toolkit.cli.convert import run as convert
+
+    folder = tmp_path / "m"
+    shutil.copytree(made["m2m100"][0], folder)
+    craft, named = CRAFTED[case]
+    craft(folder)
+    assert convert(["--from", "m2m100", "--path", str(folder), "--output", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and str(folder) in err[0], err
     assert not (tmp_path / "out").exists()

@@ -32,9 +32,12 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
+from nmt_toolkit.data.folder_files import member
+from nmt_toolkit.data.language_codes import check_language_code
+from nmt_toolkit.data.subword import load_codec
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.export.marian_import import (_json, _refuse, _vocab, convert_state_dict, dictionary_order,
-                                              read_weights, shared_fields)
+from nmt_toolkit.export.marian_import import (_json, _refuse, _vocab, checked_result, convert_state_dict,
+                                              dictionary_order, read_weights, shared_fields)
 
 #: M2M100Tokenizer's language-code lists (``language_codes`` of tokenizer_config.json), in id order
 LANGUAGE_CODES = {
@@ -79,7 +82,7 @@ def _prefixed(weights: dict) -> dict:
 def _embedding_rows(weights: dict, path: str) -> int:
     for name in ("model.shared.weight", "model.encoder.embed_tokens.weight"):
         if name in weights:
-            return int(weights[name].size(0))
+            return int(weights[name].shape[0]) if weights[name].dim() else 0
     raise DataError(f"{path}: tensor 'model.shared.weight' is missing (the embeddings of every M2M-100 model)")
 
 
@@ -100,6 +103,7 @@ def read_m2m100_folder(path: str) -> M2M100Folder:
     spm = os.path.join(path, SPM_FILE)
     if not os.path.isfile(spm):
         raise DataError(f"{path}: {SPM_FILE} is missing (the tokenizer's sentencepiece model)")
+    load_codec("sentencepiece", member(path, SPM_FILE, "the sentencepiece model"))
     if not any(os.path.isfile(os.path.join(path, name)) for name in ("model.safetensors", "pytorch_model.bin")):
         raise DataError(f"{path}: no model.safetensors or pytorch_model.bin (not an M2M100ForConditionalGeneration "
                         f"folder)")
@@ -115,6 +119,8 @@ def read_m2m100_folder(path: str) -> M2M100Folder:
         languages = list(LANGUAGE_CODES[codes])
         vocab = full_vocabulary(_vocab(os.path.join(path, "vocab.json")), languages, rows, config, tokenizer_config,
                                 path)
+    for code in languages:
+        check_language_code(code, f"{tok_path}: language code")
     return M2M100Folder(path=path, config=config, weights=weights, vocab=vocab, languages=languages, spm=spm,
                         tokenizer_config=tokenizer_config)
 
@@ -161,7 +167,8 @@ def added_tokens(path: str, tokenizer_config: dict) -> dict:
     two disagreeing is refused."""
     added = {}
     for index, entry in (tokenizer_config.get("added_tokens_decoder") or {}).items():
-        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(index).isdigit():
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(index).isdigit() \
+                and len(str(index)) <= 18:
             added[int(index)] = entry["content"]
     tok_json = os.path.join(path, "tokenizer.json")
     if os.path.isfile(tok_json):
@@ -244,6 +251,7 @@ def import_m2m100(path: str, output: str, overwrite: bool = False) -> dict:
 
     folder = read_m2m100_folder(path)
     model_config, state, dictionary = converted(folder)
+    checked_result(path, model_config, state, dictionary, dictionary)
     langs = folder.languages
     multilingual = {"languages": langs, "lang_pairs": [f"{a}-{b}" for a in langs for b in langs if a != b],
                     "lang_tok_style": "multilingual", "encoder_langtok": "src", "decoder_langtok": True}

@@ -17,17 +17,29 @@ id ``order[i]``. A symbol Marian lacks (``<s>``) gets a zero embedding row and a
 Weights are read from ``model.safetensors``, or from ``pytorch_model.bin`` through ``torch.load(...,
 weights_only=True)``, which refuses a pickle that would run code. Options our model cannot reproduce are
 refused in one line naming the ``config.json`` key.
+
+Nothing is written until the whole result is known to load: every key read from config.json has its JSON type
+and the range :class:`TransformerConfig` declares for the option it becomes, the converted weights have the
+shapes the resulting config builds and finite float values (:func:`nmt_toolkit.loading.check_state_dict`, the
+loader's own checks), the sentencepiece models load, the languages are language codes and a default tag is a
+tag of the vocabulary. A file of the folder that is a link leading out of it is refused
+(:mod:`nmt_toolkit.data.folder_files`), as are JSON files nested too deep or holding absurd integers
+(:mod:`nmt_toolkit.data.json_files`).
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import torch
 
 from nmt_toolkit.data.dictionary import BOS, EOS, PAD, UNK, Dictionary
+from nmt_toolkit.data.folder_files import member
+from nmt_toolkit.data.json_files import read_json_object
+from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, language_tags
+from nmt_toolkit.data.subword import load_codec
 from nmt_toolkit.errors import DataError, UsageError
 
 #: the output bias of a symbol our dictionary has and Marian's vocabulary lacks: exp() of it underflows to 0 in
@@ -40,6 +52,25 @@ _FIXED_KEYS = {"normalize_before": False, "normalize_embedding": False, "add_fin
                "static_position_embeddings": True, "add_bias_logits": False, "layernorm_embedding": False,
                "scale_embedding": None, "encoder_layerdrop": None, "decoder_layerdrop": None}
 _SAME = (("encoder_ffn_dim", "decoder_ffn_dim"), ("encoder_attention_heads", "decoder_attention_heads"))
+#: config.json keys every BART-family model (Marian, M2M-100) names the same way → the TransformerConfig field
+#: each becomes; a value is checked against that field's type and declared range, naming the key
+SHARED_FIELDS = {"encoder_layers": "encoder_layers", "decoder_layers": "decoder_layers", "d_model": "embed_dim",
+                 "encoder_ffn_dim": "ffn_embed_dim", "decoder_ffn_dim": "ffn_embed_dim",
+                 "encoder_attention_heads": "attention_heads", "decoder_attention_heads": "attention_heads",
+                 "dropout": "dropout", "attention_dropout": "attention_dropout",
+                 "activation_dropout": "activation_dropout", "max_position_embeddings": "max_positions"}
+#: the values a BART-family config.json may leave out (Transformers' defaults)
+_SHARED_DEFAULTS = {"encoder_layers": 12, "decoder_layers": 12, "d_model": 1024, "encoder_ffn_dim": 4096,
+                    "encoder_attention_heads": 16, "dropout": 0.1, "activation_dropout": 0.0,
+                    "max_position_embeddings": 1024}
+#: the other config.json keys the importers read, with the JSON type each must have (null: left out)
+OTHER_KEYS = {"pad_token_id": int, "eos_token_id": int, "decoder_start_token_id": int, "vocab_size": int,
+              "decoder_vocab_size": int, "scale_embedding": bool, "share_encoder_decoder_embeddings": bool,
+              "tie_word_embeddings": bool, "activation_function": str, "model_type": str,
+              **{key: bool for key, value in _FIXED_KEYS.items() if isinstance(value, bool)}}
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+_SIZES = ("vocab_size", "decoder_vocab_size")
+_IDS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
 
 
 @dataclass
@@ -57,44 +88,54 @@ class MarianFolder:
 
 
 def _json(path: str, what: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: {what} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path}: {what} is not a JSON object")
-    return value
+    """A JSON object of a Hugging Face folder (config, vocabulary, tokenizer files), read within limits from a
+    file that does not lead out of the folder."""
+    return read_json_object(member(os.path.dirname(path), os.path.basename(path)), what)
+
+
+def weights_file(folder: str) -> str:
+    """The weights a Hugging Face folder holds: ``model.safetensors``, else ``pytorch_model.bin``."""
+    safetensors_path = os.path.join(folder, "model.safetensors")
+    return safetensors_path if os.path.isfile(safetensors_path) else os.path.join(folder, "pytorch_model.bin")
 
 
 def read_weights(folder: str) -> dict:
     """The state dict of ``model.safetensors`` or, failing that, ``pytorch_model.bin`` (weights only: a
-    pickle naming anything but tensors and containers is refused without running it)."""
-    safetensors_path = os.path.join(folder, "model.safetensors")
-    if os.path.isfile(safetensors_path):
+    pickle naming anything but tensors and containers is refused without running it). A tensor that is not
+    floating point is refused: converted to float32 it would be garbage, not weights."""
+    path = weights_file(folder)
+    if not os.path.isfile(path):
+        raise DataError(f"{folder}: no model.safetensors or pytorch_model.bin (not a Hugging Face model folder)")
+    state = _read_state(member(folder, os.path.basename(path), "the weights"))
+    for name, tensor in state.items():
+        if not tensor.is_floating_point():
+            raise DataError(f"{path}: tensor {name!r} is {str(tensor.dtype).replace('torch.', '')}, not floating "
+                            f"point: not a model's weights")
+    return state
+
+
+def _read_state(path: str) -> dict:
+    if path.endswith(".safetensors"):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
-            return load_file(safetensors_path)
-        except (SafetensorError, OSError) as exc:
-            raise DataError(f"{safetensors_path}: not a readable safetensors file ({exc})") from None
-    bin_path = os.path.join(folder, "pytorch_model.bin")
-    if not os.path.isfile(bin_path):
-        raise DataError(f"{folder}: no model.safetensors or pytorch_model.bin (not a MarianMTModel folder)")
+            return load_file(path)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise DataError(f"{path}: not a readable safetensors file ({first})") from None
     import pickle
 
     try:
-        state = torch.load(bin_path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsupported content"
-        raise DataError(f"{bin_path}: refusing to load: the pickle holds more than weights ({first[:160]})") from None
+        raise DataError(f"{path}: refusing to load: the pickle holds more than weights ({first[:160]})") from None
     except (RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise DataError(f"{bin_path}: not a readable PyTorch weights file ({str(exc).splitlines()[0][:160]})") from None
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: not a readable PyTorch weights file ({first})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise DataError(f"{bin_path}: not a state dict of tensors")
+        raise DataError(f"{path}: not a state dict of tensors")
     return state
 
 
@@ -104,7 +145,7 @@ def _vocab(path: str) -> list:
     table = _json(path, "the vocabulary")
     by_id: dict[int, str] = {}
     for token, index in table.items():
-        if not isinstance(index, int) or index < 0:
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise DataError(f"{path}: token {token!r} has id {index!r}, not a whole number >= 0")
         if index in by_id:
             raise DataError(f"{path}: id {index} is given to both {by_id[index]!r} and {token!r}")
@@ -122,6 +163,7 @@ def read_marian_folder(path: str) -> MarianFolder:
     if not os.path.isdir(path):
         raise DataError(f"--path {path}: not a folder (a Hugging Face MarianMTModel folder is expected)")
     config = _json(os.path.join(path, "config.json"), "the model config")
+    check_types(config, os.path.join(path, "config.json"))
     tok_path = os.path.join(path, "tokenizer_config.json")
     tokenizer_config = _json(tok_path, "the tokenizer config") if os.path.isfile(tok_path) else {}
     source_vocab = _vocab(os.path.join(path, "vocab.json"))
@@ -132,6 +174,7 @@ def read_marian_folder(path: str) -> MarianFolder:
         spm[role] = os.path.join(path, f"{role}.spm")
         if not os.path.isfile(spm[role]):
             raise DataError(f"{path}: {role}.spm is missing (the sentencepiece model of the {role} side)")
+        load_codec("sentencepiece", member(path, f"{role}.spm", f"the {role} sentencepiece model"))
     return MarianFolder(path=path, config=config, weights=read_weights(path), source_vocab=source_vocab,
                         target_vocab=target_vocab, source_spm=spm["source"], target_spm=spm["target"],
                         tokenizer_config=tokenizer_config)
@@ -141,27 +184,76 @@ def _refuse(path: str, key: str, value, why: str):
     raise UsageError(f"{path}: config.json {key}={json.dumps(value)} is not supported ({why})")
 
 
+def _invalid(path: str, key: str, value, why: str):
+    shown = json.dumps(value)
+    raise DataError(f"{path}: config.json {key}={shown[:60] + '…' if len(shown) > 60 else shown}: {why}")
+
+
+def _kinds() -> dict:
+    """config.json key → the JSON type its value must have."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    numbers = {f.name: type(f.default) for f in fields(TransformerConfig)}
+    return {**{key: numbers[name] for key, name in SHARED_FIELDS.items()}, **OTHER_KEYS}
+
+
+def _fits(value, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind in (int, float):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and (kind is float or isinstance(value, int))
+    return isinstance(value, kind)
+
+
+def check_types(config: dict, path: str) -> None:
+    """Every key the importers read has the JSON type its option needs (a boolean is no number, a number no
+    boolean; null stands for a left-out key, except where a number is needed), refused naming the key before
+    any value is used."""
+    for key, kind in _kinds().items():
+        value = config.get(key)
+        if key in config and (value is not None or key in SHARED_FIELDS) and not _fits(value, kind):
+            _invalid(path, key, value, f"expected {_KIND_NAMES[kind]}")
+    sizes = [config[key] for key in _SIZES if config.get(key) is not None]
+    for key in _SIZES:
+        if config.get(key) is not None and config[key] < 1:
+            _invalid(path, key, config[key], "must be a number of tokens >= 1")
+    for key in _IDS:
+        if config.get(key) is not None and not 0 <= config[key] < max(sizes, default=config[key] + 1):
+            _invalid(path, key, config[key], f"must be an id of the vocabulary (0 to {max(sizes, default=0) - 1})"
+                     if sizes else "must be an id >= 0")
+
+
 def shared_fields(config: dict, path: str, activation: str, attention_dropout: float, scale_embedding: bool) -> dict:
     """The :class:`TransformerConfig` fields every BART-family ``config.json`` (Marian, M2M-100) names the same
     way; the arguments are the family's defaults for the keys a config may leave out. Refuses, naming the key,
-    what one value of ours cannot hold (different encoder and decoder widths or head counts) or compute."""
+    a value of the wrong type or outside the range TransformerConfig declares for its option, and what one value
+    of ours cannot hold (different encoder and decoder widths or head counts) or compute."""
+    from nmt_toolkit.models.transformer import TransformerConfig
+
+    check_types(config, path)
+    declared, kinds = {f.name: f.metadata["range"] for f in fields(TransformerConfig)}, _kinds()
+    given = {**_SHARED_DEFAULTS, "attention_dropout": attention_dropout, **config}
+    for key, name in SHARED_FIELDS.items():
+        if given.get(key) is not None and not declared[name].contains(given[key]):
+            _invalid(path, key, given[key], f"must be {declared[name].describe(kinds[key])}")
     for a, b in _SAME:
         if config.get(a) != config.get(b):
             _refuse(path, b, config.get(b), f"differs from {a}={config.get(a)}; our transformer has one value for both")
     activation = config.get("activation_function", activation)
     if activation not in ACTIVATIONS:
         _refuse(path, "activation_function", activation, f"expected one of {', '.join(ACTIVATIONS)}")
-    d_model, heads = int(config.get("d_model", 1024)), int(config.get("encoder_attention_heads", 16))
+    d_model, heads = given["d_model"], given["encoder_attention_heads"]
     if d_model % heads:
         _refuse(path, "d_model", d_model, f"not divisible by encoder_attention_heads={heads}")
     return dict(
-        encoder_layers=int(config.get("encoder_layers", 12)), decoder_layers=int(config.get("decoder_layers", 12)),
-        embed_dim=d_model, ffn_embed_dim=int(config.get("encoder_ffn_dim", 4096)), attention_heads=heads,
-        dropout=float(config.get("dropout", 0.1)),
-        attention_dropout=float(config.get("attention_dropout", attention_dropout)),
-        activation_dropout=float(config.get("activation_dropout", 0.0)), activation_fn=ACTIVATIONS[activation],
-        positional_embeddings="sinusoidal", max_positions=int(config.get("max_position_embeddings", 1024)),
-        no_scale_embedding=not config.get("scale_embedding", scale_embedding), layernorm_embedding=False)
+        encoder_layers=given["encoder_layers"], decoder_layers=given["decoder_layers"], embed_dim=d_model,
+        ffn_embed_dim=given["encoder_ffn_dim"], attention_heads=heads, dropout=float(given["dropout"]),
+        attention_dropout=float(given["attention_dropout"]), activation_dropout=float(given["activation_dropout"]),
+        activation_fn=ACTIVATIONS[activation], positional_embeddings="sinusoidal",
+        max_positions=given["max_position_embeddings"],
+        no_scale_embedding=not (scale_embedding if config.get("scale_embedding") is None else config["scale_embedding"]),
+        layernorm_embedding=False)
 
 
 def transformer_config(config: dict, path: str = "config.json"):
@@ -227,11 +319,34 @@ def _rows(matrix: torch.Tensor, order: list, fill: float = 0.0) -> torch.Tensor:
     return out
 
 
-def _embeddings(state: dict, side: str, path: str) -> torch.Tensor:
+def _embedding_name(state: dict, side: str, path: str) -> str:
     for name in (f"model.{side}.embed_tokens.weight", "model.shared.weight"):
         if name in state:
-            return state[name]
+            return name
     raise DataError(f"{path}: tensor 'model.{side}.embed_tokens.weight' (or model.shared.weight) is missing")
+
+
+def _embeddings(state: dict, side: str, path: str) -> torch.Tensor:
+    return state[_embedding_name(state, side, path)]
+
+
+def expected_shape(name: str, cfg) -> Optional[tuple]:
+    """The shape config.json gives a BART-family layer tensor (by its name's ending), or None for others."""
+    d, ffn = cfg.embed_dim, cfg.ffn_embed_dim
+    for ending, shape in (("_proj.weight", (d, d)), ("fc1.weight", (ffn, d)), ("fc1.bias", (ffn,)),
+                          ("fc2.weight", (d, ffn)), ("_proj.bias", (d,)), ("layer_norm.weight", (d,)),
+                          ("layer_norm.bias", (d,)), ("fc2.bias", (d,))):
+        if name.endswith(ending):
+            return shape
+    return None
+
+
+def _shaped(name: str, tensor: torch.Tensor, shape: tuple, path: str) -> torch.Tensor:
+    """``tensor`` as float32, once its shape is the one config.json gives it."""
+    if tuple(tensor.shape) != tuple(shape):
+        raise DataError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, config.json's sizes (d_model, "
+                        f"encoder_ffn_dim, the vocabulary) give it {tuple(shape)}: the weights and config disagree")
+    return tensor.float()
 
 
 def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, path: str) -> dict:
@@ -245,11 +360,15 @@ def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, pat
         if name not in state:
             raise DataError(f"{path}: tensor {name!r} is missing (a layer of the model has it)")
         used.add(name)
-        return state[name].float()
+        return _shaped(name, state[name], expected_shape(name, cfg) or state[name].shape, path)
+
+    def rows(order: list) -> int:
+        return len(order) - order.count(-1)
 
     out = {}
-    enc = _rows(_embeddings(state, "encoder", path).float(), src_order)
-    dec = _rows(_embeddings(state, "decoder", path).float(), tgt_order)
+    enc, dec = (_rows(_shaped(name, state[name], (rows(order), cfg.embed_dim), path), order)
+                for name, order in ((_embedding_name(state, "encoder", path), src_order),
+                                    (_embedding_name(state, "decoder", path), tgt_order)))
     used.update(k for k in ("model.shared.weight", "model.encoder.embed_tokens.weight",
                             "model.decoder.embed_tokens.weight") if k in state)
     out["encoder.embed.embed_tokens.weight"] = enc
@@ -275,10 +394,12 @@ def convert_state_dict(weights: dict, cfg, src_order: list, tgt_order: list, pat
     if "lm_head.weight" in state:
         used.add("lm_head.weight")
         if not tied:
-            out["decoder.output_projection.weight"] = _rows(state["lm_head.weight"].float(), tgt_order)
+            out["decoder.output_projection.weight"] = _rows(_shaped(
+                "lm_head.weight", state["lm_head.weight"], (rows(tgt_order), cfg.embed_dim), path), tgt_order)
     elif not tied:
         raise DataError(f"{path}: tensor 'lm_head.weight' is missing (config.json tie_word_embeddings=false)")
-    bias = state.get("final_logits_bias", torch.zeros(1, len(tgt_order) - tgt_order.count(-1))).float().reshape(-1)
+    bias = state.get("final_logits_bias", torch.zeros(1, rows(tgt_order)))
+    bias = _shaped("final_logits_bias", bias.reshape(-1), (rows(tgt_order),), path)
     used.add("final_logits_bias")
     out["decoder.output_bias"] = _rows(bias.unsqueeze(1), tgt_order, ABSENT_LOGIT).squeeze(1)
     left = sorted(k for k in state if k not in used)
@@ -303,7 +424,8 @@ def converted(folder: MarianFolder) -> tuple:
     named = {k if k.startswith(("model.", "final_logits_bias", "lm_head")) else f"model.{k}": v
              for k, v in folder.weights.items()}
     for side, key, order in (("encoder", "vocab_size", src_order), ("decoder", "decoder_vocab_size", tgt_order)):
-        rows, tokens = _embeddings(named, side, where).size(0), len(order) - order.count(-1)
+        matrix = _embeddings(named, side, where)
+        rows, tokens = int(matrix.shape[0]) if matrix.dim() else 0, len(order) - order.count(-1)
         if rows != tokens:
             _refuse(where, key, folder.config.get(key, rows), f"the {side} embeddings have {rows} rows, its "
                                                               f"vocabulary {tokens} tokens")
@@ -314,28 +436,47 @@ def converted(folder: MarianFolder) -> tuple:
     return asdict(cfg), state, src_dict, tgt_dict
 
 
-def language_tags(vocab: list) -> list:
-    """The ``>>xx<<`` target-language tokens of a multilingual Marian vocabulary."""
-    return [t for t in vocab if t.startswith(">>") and t.endswith("<<") and len(t) > 4]
+def languages(path: str, tokenizer_config: dict, source_lang: Optional[str], target_lang: Optional[str]) -> list:
+    """The direction: the flags, else tokenizer_config.json's ``source_lang``/``target_lang``; each a language
+    code (it names the folder's dictionary files), refused naming the flag or the file and key."""
+    langs = []
+    for flag, given in (("--source-lang", source_lang), ("--target-lang", target_lang)):
+        key = flag[2:].replace("-", "_")
+        if given is not None:
+            langs.append(check_language_code(given, flag, UsageError))
+        elif tokenizer_config.get(key) is None:
+            raise DataError(f"{path}: tokenizer_config.json names no {key}; give it with {flag}")
+        else:
+            langs.append(check_language_code(tokenizer_config[key], f"{os.path.join(path, 'tokenizer_config.json')}: "
+                                                                    f"{key}"))
+    return langs
+
+
+def checked_result(path: str, model_config: dict, state: dict, src_dict, tgt_dict) -> None:
+    """The converted model as every program will load it (the loader's checks: a model the config builds,
+    tensors of its names and shapes, finite float values), before anything is written."""
+    from nmt_toolkit.loading import check_state_dict
+    from nmt_toolkit.registry import import_builtin_components
+
+    import_builtin_components()
+    config = {"components": {"task": "translation", "arch": "transformer", "model": "transformer"},
+              "model": model_config}
+    check_state_dict(weights_file(path), config, state, src_dict, tgt_dict)
 
 
 def import_marian(path: str, output: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
                   target_lang_tag: Optional[str] = None, overwrite: bool = False) -> dict:
-    """Write the Marian folder ``path`` as our model folder ``output``; returns what was written."""
+    """Write the Marian folder ``path`` as our model folder ``output``, once everything is checked; returns what
+    was written."""
     from nmt_toolkit.model_folder import write_model_folder
 
     folder = read_marian_folder(path)
     model_config, state, src_dict, tgt_dict = converted(folder)
-    langs = [source_lang or folder.tokenizer_config.get("source_lang"),
-             target_lang or folder.tokenizer_config.get("target_lang")]
-    for flag, lang in zip(("--source-lang", "--target-lang"), langs):
-        if not isinstance(lang, str) or not lang:
-            raise DataError(f"{path}: tokenizer_config.json names no {flag[2:]}; give it with {flag}")
+    langs = languages(path, folder.tokenizer_config, source_lang, target_lang)
     tags = language_tags(folder.source_vocab)
-    if target_lang_tag is not None and target_lang_tag not in tags:
-        raise DataError(f"--target-lang-tag {target_lang_tag}: not a language tag of {path}'s vocabulary"
-                        + (f" (it has {', '.join(tags[:8])}{' …' if len(tags) > 8 else ''})" if tags else
-                           " (it has none)"))
+    if target_lang_tag is not None:
+        check_language_tag(target_lang_tag, src_dict.symbols, "--target-lang-tag", owner=f"{path}'s vocabulary")
+    checked_result(path, model_config, state, src_dict, tgt_dict)
     write_model_folder(output, arch="transformer", model_config=model_config, state_dict=state, src_dict=src_dict,
                        tgt_dict=tgt_dict, source_lang=langs[0], target_lang=langs[1], subword_scheme="sentencepiece",
                        subword_files={"source": folder.source_spm, "target": folder.target_spm},
