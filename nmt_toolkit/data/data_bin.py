@@ -19,6 +19,8 @@ import tempfile
 from typing import Optional
 
 from nmt_toolkit import locking
+from nmt_toolkit.data.json_files import read_json
+from nmt_toolkit.data.language_codes import is_language_code
 from nmt_toolkit.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -96,10 +98,9 @@ def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[di
         found = _unrecorded_splits(destdir, src, tgt)
         return {"source_lang": src, "target_lang": tgt, "splits": found} if found else None
     try:
-        with open(path, encoding="utf-8") as handle:
-            previous = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable ({exc}); use --overwrite to replace the folder's contents") from None
+        previous = read_json(path, "the data-bin's record")
+    except DataError as exc:
+        raise DataError(f"{exc}; use --overwrite to replace the folder's contents") from None
     check_record(path, previous)
     if "lang_pairs" in previous:
         raise DataError(f"--destdir {shown} holds multilingual data ({', '.join(previous['lang_pairs'])}); use "
@@ -128,6 +129,10 @@ def check_record(path: str, record) -> None:
         if not isinstance(record["lang_pairs"], list) or not isinstance(record.get("pairs"), dict):
             raise wrong("key 'lang_pairs'", "a JSON list beside an object 'pairs'")
         for pair in record["lang_pairs"]:
+            if not isinstance(pair, str) or pair.count("-") != 1 or not all(map(is_language_code, pair.split("-"))):
+                raise wrong("key 'lang_pairs'", f"a list of directions such as en-de between language codes, not "
+                                                f"holding {ascii(pair)[:40]}")
+        for pair in record["lang_pairs"]:
             if not isinstance(record["pairs"].get(pair), dict):
                 raise wrong(f"key 'pairs.{pair}'", "a JSON object")
             check_record(path, {**record["pairs"][pair], "subword": record.get("subword")})
@@ -137,6 +142,11 @@ def check_record(path: str, record) -> None:
             raise wrong(f"key {key!r}", "present")
         if not isinstance(record[key], kind):
             raise wrong(f"key {key!r}", f"a JSON {_JSON_NAMES[kind]}")
+    for key in ("source_lang", "target_lang"):
+        if not is_language_code(record[key]):
+            raise wrong(f"key {key!r}", f"a language code (ASCII letters, digits and _), not {ascii(record[key])[:40]}")
+    if record.get("target_lang_tag") is not None and not isinstance(record["target_lang_tag"], str):
+        raise wrong("key 'target_lang_tag'", "a string or null")
     for key, kind in _OPTIONAL_KEYS.items():
         if record.get(key) is not None and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
             raise wrong(f"key {key!r}", f"a JSON {_JSON_NAMES[kind]} or null")

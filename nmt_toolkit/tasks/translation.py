@@ -18,7 +18,6 @@ data/corpora.py says, and the iterator reloads the draw when the epoch changes.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -34,6 +33,8 @@ from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
 from nmt_toolkit.data.data_bin import check_record, pair_record
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
+from nmt_toolkit.data.json_files import read_json
+from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, read_model_folder
@@ -70,11 +71,7 @@ def read_preprocess_json(data: str) -> dict:
     path = os.path.join(data, "preprocess.json")
     if not os.path.exists(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            record = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable ({exc})") from None
+    record = read_json(path, "the data-bin's record")
     check_record(path, record)
     return record
 
@@ -92,6 +89,8 @@ def infer_language_pair(data: str) -> tuple[str, str]:
         for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
             m = pattern.match(name)
             if m:
+                for lang in m.groups():
+                    check_language_code(lang, f"{os.path.join(root, name)}: the language in the file name")
                 return m.group(1), m.group(2)
     raise DataError(f"{data}: cannot tell the language pair (no preprocess.json, no <split>.<src>-<tgt>.<lang>.idx); "
                     f"give --source-lang and --target-lang")
@@ -120,6 +119,9 @@ class TranslationTask:
             return cls.from_model_folder(cfg, read_model_folder(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess first)")
+        for flag, lang in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang)):
+            if lang:  # it names the dictionary and split files
+                check_language_code(lang, flag, UsageError)
         if not cfg.source_lang or not cfg.target_lang:
             src, tgt = infer_language_pair(cfg.data)
             cfg.source_lang = cfg.source_lang or src
@@ -131,7 +133,12 @@ class TranslationTask:
                 raise DataError(f"{cfg.data}: source and target dictionaries disagree on special symbols")
         logger.info("[%s] dictionary: %d types; [%s] dictionary: %d types", cfg.source_lang, len(src_dict),
                     cfg.target_lang, len(tgt_dict))
-        return cls(cfg, src_dict, tgt_dict)
+        task = cls(cfg, src_dict, tgt_dict)
+        tag = task._record.get("target_lang_tag")
+        if tag is not None:  # put before every source: a tag of the source dictionary, not any symbol
+            check_language_tag(tag, src_dict.symbols, f"{os.path.join(cfg.data, 'preprocess.json')}: target_lang_tag",
+                               owner=os.path.join(cfg.data, f"dict.{cfg.source_lang}.txt"))
+        return task
 
     @classmethod
     def from_model_folder(cls, cfg: TranslationConfig, folder: ModelFolder) -> "TranslationTask":
