@@ -121,3 +121,18 @@ def tiny_trained_model(root) -> tuple:
     data = make_bin(root)
     assert run_in_process("nmt-train", [data, *TINY, "--save-dir", root / "ck", "--max-update", "1"]).status == 0
     return root, data, root / "ck" / "checkpoint_last.pt"
+
+
+#: the tiny Hugging Face Marian fixture (tests/fixtures/make_marian_fixtures.py); imported, a model folder
+MARIAN_FIXTURE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "marian" / "en-de"
+
+
+def tiny_model_folder(root) -> pathlib.Path:
+    """``root``, holding ``model`` (the Marian fixture imported: a model folder with sentencepiece models) and
+    ``raw.en`` (two sentences), for tests that craft model folders and decode raw text with them."""
+    from nmt_toolkit.export.marian_import import import_marian
+
+    root = pathlib.Path(root)
+    import_marian(str(MARIAN_FIXTURE), str(root / "model"))
+    (root / "raw.en").write_text("A dog runs.\nTwo men talk.\n")
+    return root
