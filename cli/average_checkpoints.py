@@ -27,16 +27,17 @@ class AverageConfig:
     inputs: list[str] = option([], "checkpoint files (repeat, or comma-separated), or one folder with "
                                    "--num-epoch-checkpoints / --num-update-checkpoints", multiple=True,
                                metavar="PATH")
-    output: Optional[str] = option(None, "where to write the averaged checkpoint", metavar="FILE")
+    output: Optional[str] = option(None, "where to write the averaged checkpoint", metavar="FILE", output="file")
     num_epoch_checkpoints: int = option(0, "average the last N checkpoint<epoch>.pt of the --inputs folder", low=0)
     num_update_checkpoints: int = option(0, "average the last N checkpoint_<epoch>_<updates>.pt of the folder", low=0)
     checkpoint_upper_bound: Optional[int] = option(None, "ignore checkpoints after this epoch / update number", low=0)
-    overwrite: bool = option(False, "replace --output if it exists (never one of the inputs)")
+    overwrite: bool = option(False, "replace --output if it is a checkpoint (never one of the inputs)")
 
 
 def average(configs: dict) -> int:
-    from nmt_toolkit.cli.common import check_output_folder
+    from nmt_toolkit.outputs import claim_file
     from nmt_toolkit.training.averaging import select_checkpoints, write_average
+    from nmt_toolkit.training.checkpoints import is_checkpoint_file
 
     cfg: AverageConfig = configs["average"]
     if not cfg.output:
@@ -51,15 +52,11 @@ def average(configs: dict) -> int:
         if cfg.num_epoch_checkpoints or cfg.num_update_checkpoints:
             raise UsageError("--num-epoch-checkpoints / --num-update-checkpoints need a folder as --inputs")
         paths = inputs
-    if os.path.isdir(cfg.output):
-        raise DataError(f"--output {cfg.output}: is a folder; give the averaged checkpoint's file name")
     for path in paths:
         if _same_file(path, cfg.output):
             raise UsageError(f"--output {cfg.output}: is one of the inputs ({path}); averaging would replace it and "
                              "its optimizer state: write the average to another file")
-    if os.path.lexists(cfg.output) and not cfg.overwrite:
-        raise UsageError(f"--output {cfg.output}: exists; add --overwrite to replace it, or choose another file")
-    check_output_folder(os.path.dirname(os.path.abspath(cfg.output)), "--output")  # before loading N checkpoints
+    claim_file(cfg.output, cfg.overwrite, f"--output {cfg.output}", is_checkpoint_file, "a checkpoint")
     logger.info("averaging %d checkpoints: %s", len(paths), ", ".join(paths))
     try:
         write_average(paths, cfg.output)

@@ -1,9 +1,8 @@
-"""What every program shares: error mapping, plugin loading, one-line messages, output places.
+"""What every program shares: error mapping, plugin loading, one-line messages.
 
 A user's mistake (:class:`~nmt_toolkit.errors.NmtError`, a click usage error) becomes one line on stderr
 and an exit status (2 usage, 1 data); ``--debug`` adds the traceback. A closed stdout (``| head``) ends
-the program quietly, as Unix tools do. Output folders are checked before the work starts, and result
-files replace earlier ones only when complete.
+the program quietly, as Unix tools do. What programs write goes through ``nmt_toolkit/outputs.py``.
 """
 from __future__ import annotations
 
@@ -49,69 +48,6 @@ def import_user_dir_of(argv: Sequence[str]) -> None:
     user_dir = peek_options(argv, ["user_dir"])["user_dir"]
     if user_dir:
         import_user_dir(user_dir)
-
-
-def check_output_folder(folder: str, flag: str) -> None:
-    """Create ``folder`` if needed and check that a file can be written in it, before any work is done:
-    an unwritable or file-typed output option is one error line up front, not a traceback after the work."""
-    import tempfile
-
-    from nmt_toolkit.errors import DataError
-
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise DataError(f"{flag} {folder}: exists and is not a folder")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise DataError(f"{flag} {folder}: cannot write there ({exc.strerror})") from None
-
-
-class ReplacingFile:
-    """A UTF-8 text file written under a temporary name in ``path``'s folder and renamed over ``path`` by
-    :meth:`close`: a run that fails half way leaves an earlier ``path`` whole, and the temporary file goes
-    away with this object (when the exception has unwound)."""
-
-    def __init__(self, path: str):
-        import tempfile
-        import weakref
-
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=os.path.dirname(os.path.abspath(path)))
-        self._handle = os.fdopen(fd, "w", encoding="utf-8")
-        self._path, self._tmp = path, tmp
-        self._discard = weakref.finalize(self, _discard_file, self._handle, tmp)
-
-    def write(self, text: str) -> int:
-        return self._handle.write(text)
-
-    def flush(self) -> None:
-        self._handle.flush()
-
-    def close(self) -> None:
-        from nmt_toolkit.training.checkpoints import current_umask
-
-        self._handle.close()
-        os.chmod(self._tmp, 0o666 & ~current_umask())  # mkstemp makes 0600: follow the umask as open() does
-        os.replace(self._tmp, self._path)
-        self._discard.detach()
-
-    def discard(self) -> None:
-        """Remove the temporary file now (after a failed write); ``path`` keeps what it held."""
-        self._discard()
-
-
-def _discard_file(handle, path: str) -> None:
-    try:
-        handle.close()  # flushing what is buffered fails again on a full disk; the file is closed all the same
-    except OSError:
-        pass
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def spread_values(args: Sequence[str], flag: str) -> list[str]:

@@ -41,8 +41,9 @@ class ConvertConfig:
                                  metavar="PATH")
     output: Optional[str] = option(None, "our checkpoint (fairseq) or model folder (marian, m2m100) to write "
                                          "(atomically; an existing one is replaced only with --overwrite)",
-                                   metavar="PATH")
-    overwrite: bool = option(False, "replace --output if it exists")
+                                   metavar="PATH", output="path")
+    overwrite: bool = option(False, "replace --output if it is an earlier checkpoint (fairseq) or model folder "
+                                    "(marian, m2m100) that holds nothing else")
     source_lang: Optional[str] = option(None, "--from marian: the source language [default: tokenizer_config.json's]")
     target_lang: Optional[str] = option(None, "--from marian: the target language [default: tokenizer_config.json's]")
     target_lang_tag: Optional[str] = option(None, "--from marian: the folder's default target-language token of "
@@ -69,11 +70,11 @@ def model_flags(model_cfg: dict) -> list[str]:
 
 def convert(configs: dict) -> int:
     import logging
-    import os
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.fairseq_import import load_checkpoint
-    from nmt_toolkit.training.checkpoints import save_checkpoint
+    from nmt_toolkit.outputs import claim_file
+    from nmt_toolkit.training.checkpoints import is_checkpoint_file, save_checkpoint
 
     cfg: ConvertConfig = configs["convert"]
     if cfg.from_format == "marian":
@@ -82,8 +83,7 @@ def convert(configs: dict) -> int:
         return convert_m2m100(cfg)
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
-    if os.path.exists(cfg.output) and not cfg.overwrite:
-        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
+    claim_file(cfg.output, cfg.overwrite, f"--output {cfg.output}", is_checkpoint_file, "a checkpoint")
     state = load_checkpoint(cfg.path)
     save_checkpoint(state, cfg.output)
     flags = " ".join(["--arch", "transformer_base", *model_flags(state["config"]["model"])])
@@ -94,16 +94,16 @@ def convert(configs: dict) -> int:
 
 def convert_marian(cfg: ConvertConfig) -> int:
     import logging
-    import os
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.marian_import import import_marian
+    from nmt_toolkit.model_folder import MODEL_FOLDER
+    from nmt_toolkit.outputs import FolderOutput
 
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the MarianMTModel folder) and --output (our model folder) are required")
-    if os.path.exists(cfg.output) and not cfg.overwrite:
-        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
-    record = import_marian(cfg.path, cfg.output, cfg.source_lang, cfg.target_lang, cfg.target_lang_tag,
+    output = FolderOutput(cfg.output, MODEL_FOLDER, cfg.overwrite, f"--output {cfg.output}")
+    record = import_marian(cfg.path, output, cfg.source_lang, cfg.target_lang, cfg.target_lang_tag,
                            cfg.overwrite)
     tags = record["tags"]
     logging.getLogger("nmt_toolkit.convert").info(
@@ -114,10 +114,11 @@ def convert_marian(cfg: ConvertConfig) -> int:
 
 def convert_m2m100(cfg: ConvertConfig) -> int:
     import logging
-    import os
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.m2m100_import import import_m2m100
+    from nmt_toolkit.model_folder import MODEL_FOLDER
+    from nmt_toolkit.outputs import FolderOutput
 
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the M2M100ForConditionalGeneration folder) and --output (our model folder) are "
@@ -127,9 +128,8 @@ def convert_m2m100(cfg: ConvertConfig) -> int:
         if value is not None:
             raise UsageError(f"{flag}: not with --from m2m100 (a multilingual model: nmt-generate takes the "
                              f"direction with --source-lang and --target-lang)")
-    if os.path.exists(cfg.output) and not cfg.overwrite:
-        raise UsageError(f"--output {cfg.output} exists; add --overwrite to replace it")
-    record = import_m2m100(cfg.path, cfg.output, cfg.overwrite)
+    output = FolderOutput(cfg.output, MODEL_FOLDER, cfg.overwrite, f"--output {cfg.output}")
+    record = import_m2m100(cfg.path, output, cfg.overwrite)
     logging.getLogger("nmt_toolkit.convert").info(
         "wrote multilingual model folder %s (%d languages: %s; %d symbols)", cfg.output, len(record["languages"]),
         " ".join(record["languages"]), record["vocabulary"])

@@ -21,17 +21,14 @@ See docs/deployment.md.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
-from nmt_toolkit.errors import DataError
 from nmt_toolkit.export.ctranslate2 import QUANTIZATIONS
 from nmt_toolkit.model_folder import is_model_folder
+from nmt_toolkit.outputs import FolderOutput
 
 
 @dataclass
@@ -45,9 +42,10 @@ class ExportConfig:
     quantization: str = option("none", "weight type of the exported model: none keeps float32; int8 and int16 "
                                        "quantize the weights; float16/bfloat16 halve them (GPU engines); int8_float16: "
                                        "int8 weights, float16 activations", choices=QUANTIZATIONS)
-    output_dir: Optional[str] = option(None, "folder to write (created; must be empty unless --overwrite)",
-                                       metavar="DIR")
-    overwrite: bool = option(False, "replace --output-dir if it exists")
+    output_dir: Optional[str] = option(None, "folder to write: new or empty (an earlier export of the same format "
+                                             "with --overwrite)", metavar="DIR", output="folder")
+    overwrite: bool = option(False, "replace --output-dir if it is an earlier export of the same format, and holds "
+                                    "nothing else")
 
 
 def export(configs: dict) -> int:
@@ -62,8 +60,7 @@ def export(configs: dict) -> int:
         raise UsageError("--path is required (the checkpoint to export)")
     if not cfg.output_dir:
         raise UsageError("--output-dir is required")
-    if os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):  # --overwrite replaces folders only
-        raise DataError(f"--output-dir {cfg.output_dir}: exists and is not a folder")
+    output = FolderOutput(cfg.output_dir, _output_kind(cfg.format), cfg.overwrite, f"--output-dir {cfg.output_dir}")
     task_cfg = configs["task"]
     if not task_cfg.data and is_model_folder(cfg.path):  # the folder holds its dictionaries and subword models
         task_cfg.data = cfg.path
@@ -79,21 +76,19 @@ def export(configs: dict) -> int:
         raise UsageError(f"--format {cfg.format}: {cfg.path} is a multilingual model ({', '.join(task.langs)}); it "
                          f"exports as --format folder or ctranslate2, which keep its language tokens")
     if cfg.format == "folder":
-        return _export_folder(cfg, task)
+        return _export_folder(cfg, task, output)
     if cfg.format == "marian":
-        return _export_marian(cfg, task)
+        return _export_marian(cfg, task, output)
     if cfg.format == "fairseq":
         from nmt_toolkit.export.fairseq_export import export as export_fairseq
 
         if cfg.quantization != "none":
             raise UsageError("--quantization applies to --format ctranslate2 only; fairseq checkpoints are float32")
-        with _writing(cfg.output_dir):
-            record = export_fairseq(cfg.path, task, cfg.output_dir, cfg.overwrite)
+        record = export_fairseq(cfg.path, task, output)
         logging.getLogger("nmt_toolkit.export").info("wrote %s (fairseq checkpoint, %s positions)",
                                                       record["fairseq_checkpoint"], record["positions"])
         return 0
-    with _writing(cfg.output_dir):
-        record = export_ct2(cfg.path, task, cfg.output_dir, cfg.quantization, cfg.overwrite)
+    record = export_ct2(cfg.path, task, output, cfg.quantization)
     logging.getLogger("nmt_toolkit.export").info(
         "wrote %s (CTranslate2 %s, quantization %s, %d positions%s)", cfg.output_dir, record["ctranslate2_version"],
         cfg.quantization, record["max_positions"],
@@ -121,7 +116,20 @@ def _task(task_cfg, path: str):
     return MultilingualTranslationTask.setup_task(MultilingualConfig(**dataclasses.asdict(task_cfg), **options))
 
 
-def _export_folder(cfg: ExportConfig, task) -> int:
+def _output_kind(fmt: str):
+    """What an earlier export of ``fmt`` looks like on disk (what --overwrite may replace)."""
+    if fmt == "ctranslate2":
+        from nmt_toolkit.export.ctranslate2 import CTRANSLATE2_FOLDER as kind
+    elif fmt == "fairseq":
+        from nmt_toolkit.export.fairseq_export import FAIRSEQ_FOLDER as kind
+    elif fmt == "marian":
+        from nmt_toolkit.export.marian_export import MARIAN_FOLDER as kind
+    else:
+        from nmt_toolkit.model_folder import MODEL_FOLDER as kind
+    return kind
+
+
+def _export_folder(cfg: ExportConfig, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
@@ -129,7 +137,7 @@ def _export_folder(cfg: ExportConfig, task) -> int:
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a model folder holds float32 weights")
-    record = export_folder(cfg.path, task, cfg.output_dir, cfg.overwrite)
+    record = export_folder(cfg.path, task, output)
     languages = (f"{record['source_lang']}→{record['target_lang']}" if record["source_lang"] else
                  f"languages {', '.join(record['languages'])}")
     logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s, subword %s)", cfg.output_dir,
@@ -137,7 +145,7 @@ def _export_folder(cfg: ExportConfig, task) -> int:
     return 0
 
 
-def _export_marian(cfg: ExportConfig, task) -> int:
+def _export_marian(cfg: ExportConfig, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
@@ -145,25 +153,11 @@ def _export_marian(cfg: ExportConfig, task) -> int:
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a Marian folder holds float32 weights")
-    record = export_marian(cfg.path, task, cfg.output_dir, cfg.overwrite)
+    record = export_marian(cfg.path, task, output)
     logging.getLogger("nmt_toolkit.export").info("wrote %s (Hugging Face Marian, %s→%s, decoding starts from %s)",
                                                   cfg.output_dir, record["source_lang"], record["target_lang"],
                                                   record["decoder_start"])
     return 0
-
-
-@contextlib.contextmanager
-def _writing(output_dir: str):
-    """A failed write (a full disk) is one line naming --output-dir, and a folder this run created is removed."""
-    existed = os.path.exists(output_dir)
-    try:
-        yield
-    except BaseException as exc:
-        if not existed:
-            shutil.rmtree(output_dir, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise DataError(f"--output-dir {output_dir}: writing failed: {exc.strerror or exc}") from None
-        raise
 
 
 def groups():

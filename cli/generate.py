@@ -31,7 +31,7 @@ class GenerateIOConfig(DecodeDeviceConfig):
     input: Optional[str] = option(None, "translate this raw text file instead ('-': stdin), encoded with the "
                                         "data-bin's subword model", metavar="FILE")
     results_path: Optional[str] = option(None, "write the lines to FOLDER/generate-<subset>.txt instead of stdout",
-                                         metavar="FOLDER")
+                                         metavar="FOLDER", output="folder")
     quiet: bool = option(False, "print only the final score line")
     num_shards: int = option(1, "decode only every N-th batch (with --shard-id): one process per shard, e.g. per GPU; "
                                 "under torchrun the ranks are the shards. Merge: cat the outputs, grep ^D- | sort -V",
@@ -46,7 +46,7 @@ class GenerateIOConfig(DecodeDeviceConfig):
                                                  "decoding and --sampling use 1", metavar="N", low=1)
     attention_plot: Optional[str] = option(None, "write one PNG attention heatmap per sentence to this folder, as "
                                                  "in the paper's Figures 3-5 (needs matplotlib: the [viz] extra)",
-                                           metavar="DIR")
+                                           metavar="DIR", output="folder")
     attention_plot_max: int = option(20, "plot at most this many sentences", low=0)
     attention_plot_kind: str = option("encoder-decoder", "which attention to plot",
                                       choices=("encoder", "decoder", "encoder-decoder"))
@@ -56,16 +56,19 @@ class GenerateIOConfig(DecodeDeviceConfig):
 
 def _check_before_setup(io: GenerateIOConfig) -> None:
     """What can be refused before any model is loaded: the shards, matplotlib, the results folder."""
+    from nmt_toolkit.generation.output import ATTENTION_PLOTS, RESULTS_FOLDER
+    from nmt_toolkit.outputs import check_folder, claim_folder
+
     _shard_from_torchrun(io)
     if io.attention_plot:
+        check_folder(io.attention_plot, ATTENTION_PLOTS, f"--attention-plot {io.attention_plot}")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]'") from None
+        claim_folder(io.attention_plot, ATTENTION_PLOTS, f"--attention-plot {io.attention_plot}")
     if io.results_path:
-        from nmt_toolkit.cli.common import check_output_folder
-
-        check_output_folder(io.results_path, "--results-path")
+        claim_folder(io.results_path, RESULTS_FOLDER, f"--results-path {io.results_path}")
 
 
 def _check_folder_input(task_cfg, gen: GenerationConfig, io: GenerateIOConfig) -> None:
@@ -108,7 +111,7 @@ def _dataset(io: GenerateIOConfig, translator):
 def _output(io: GenerateIOConfig, subset: str) -> "_Output":
     if not io.results_path:
         return _Output(sys.stdout, "stdout")
-    from nmt_toolkit.cli.common import ReplacingFile
+    from nmt_toolkit.outputs import ReplacingFile
 
     name = f"generate-{subset}.txt" if io.num_shards == 1 else \
         f"generate-{subset}.shard{io.shard_id}-of-{io.num_shards}.txt"

@@ -160,7 +160,7 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     keep_freed_memory()  # every rank's process calls this (spawned ranks come back through here)
     info = distributed.env_info()
     world = configs["distributed"].distributed_world_size
-    check_model_folder_target(configs["checkpoint"])
+    check_outputs(configs)
     with save_dir_lock(configs["checkpoint"], info):
         if info is None and world > 1:
             if uses_cuda(configs["optimization"]):
@@ -174,14 +174,29 @@ def train_main(configs: dict[str, Any], argv: list[str]) -> int:
     return code
 
 
-def check_model_folder_target(ck) -> None:
-    """``--save-model-folder`` replaces a model folder (an earlier run's) but never another folder's files."""
-    from nmt_toolkit.errors import DataError
-    from nmt_toolkit.model_folder import is_model_folder
+def check_outputs(configs: dict[str, Any]) -> None:
+    """Every place the run will write, refused now if it must be (nothing is written yet): --save-dir,
+    --tensorboard-logdir, --save-model-folder."""
+    from nmt_toolkit.outputs import check_folder
+    from nmt_toolkit.training.checkpoints import SAVE_DIR
+    from nmt_toolkit.training.progress import TENSORBOARD_LOGS
+
+    ck, logdir = configs["checkpoint"], configs["logging"].tensorboard_logdir
+    if not ck.no_save:
+        check_folder(ck.save_dir, SAVE_DIR, f"--save-dir {ck.save_dir}")
+    if logdir:
+        check_folder(logdir, TENSORBOARD_LOGS, f"--tensorboard-logdir {logdir}")
+    model_folder_target(ck)
+
+
+def model_folder_target(ck):
+    """``--save-model-folder`` replaces a model folder (an earlier run's) but never another folder's files
+    (None without the option)."""
+    from nmt_toolkit.model_folder import MODEL_FOLDER
+    from nmt_toolkit.outputs import FolderOutput
 
     out = ck.save_model_folder
-    if out and os.path.exists(out) and not is_model_folder(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise DataError(f"--save-model-folder {out}: exists and is not a model folder; give a new folder")
+    return FolderOutput(out, MODEL_FOLDER, True, f"--save-model-folder {out}") if out else None
 
 
 def save_model_folder(configs: dict[str, Any]) -> None:
@@ -199,7 +214,7 @@ def save_model_folder(configs: dict[str, Any]) -> None:
                         f"checkpoint_best.pt nor checkpoint_last.pt to write it from")
     checkpoint = os.path.join(ck.save_dir, names[0])
     task = registry.TASKS.get(configs["components"].task).obj.setup_task(configs["task"])
-    export(checkpoint, task, ck.save_model_folder, overwrite=True, made_by=f"nmt-train --save-model-folder ({names[0]})")
+    export(checkpoint, task, model_folder_target(ck), made_by=f"nmt-train --save-model-folder ({names[0]})")
     logging.getLogger("nmt_toolkit.train").info("wrote the model folder %s from %s", ck.save_model_folder, checkpoint)
 
 

@@ -44,6 +44,7 @@ def option(
     high_open: bool = False,
     also: Sequence[float] = (),
     allow_inf: bool = False,
+    output: Optional[str] = None,
 ):
     """A dataclass field that is also a CLI flag and a YAML key.
 
@@ -55,10 +56,14 @@ def option(
     it: ``low``/``high`` bound it (inclusive unless ``low_open``/``high_open``), ``also`` lists sentinel
     values outside the bounds that keep a documented meaning (``-1``: no limit). A float is always refused
     when it is nan or infinite, unless ``allow_inf`` accepts ``inf`` (for a "no limit" value).
+
+    ``output`` marks an option that names what the program writes: ``"file"``, ``"folder"``, or ``"path"``
+    (either, by another option). Such a path is claimed through ``nmt_toolkit/outputs.py`` before any work,
+    and the reliability tests find every one of them by this mark.
     """
     bounds = Range(low, high, low_open, high_open, tuple(also), allow_inf)
     meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag,
-            "positional": positional, "multiple": multiple, "cli": cli, "range": bounds}
+            "positional": positional, "multiple": multiple, "cli": cli, "range": bounds, "output": output}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     if isinstance(default, (list, dict, set)):

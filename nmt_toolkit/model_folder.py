@@ -33,7 +33,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
@@ -42,6 +41,7 @@ from nmt_toolkit.data.folder_files import member
 from nmt_toolkit.data.json_files import read_json_object
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, is_language_code
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
+from nmt_toolkit.outputs import OutputKind, as_output
 
 FORMAT = "nmt_toolkit-model-folder"
 VERSION = 2
@@ -59,6 +59,21 @@ CODEC_KINDS = {"sentencepiece": "sentencepiece", "bpe": "subword_nmt"}
 ROLES = ("source", "target")
 _SUBWORD_NAMES = {"sentencepiece": ("spm.model", "source.spm", "target.spm"),
                   "bpe": ("bpe.codes", "source.bpe", "target.bpe")}
+
+
+def _manifest_names(folder: str) -> list[str]:
+    """The file names an earlier folder's manifest lists (what --overwrite may remove with it)."""
+    manifest = read_json_object(os.path.join(folder, MANIFEST), "manifest")
+    subword = manifest.get("subword") or {}
+    return [manifest.get("weights"), manifest.get("config"), subword.get("source"), subword.get("target"),
+            *[(manifest.get("dictionaries") or {}).get(role, {}).get("file") for role in ROLES]]
+
+
+#: a model folder as an output: what nmt-export --format folder, nmt-convert and --save-model-folder replace
+MODEL_FOLDER = OutputKind("a model folder", markers=(MANIFEST,), required=(MANIFEST,),
+                          members=(CONFIG, WEIGHTS, "dict*.txt", *[n for names in _SUBWORD_NAMES.values()
+                                                                   for n in names]),
+                          named_by=_manifest_names)
 
 
 def is_model_folder(path: str) -> bool:
@@ -182,15 +197,15 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
                        tgt_dict: Dictionary, source_lang: Optional[str], target_lang: Optional[str],
                        subword_scheme: str, subword_files: dict, target_lang_tag: Optional[str] = None, made_by: str,
                        overwrite: bool = False, multilingual: Optional[dict] = None) -> None:
-    """Write a model folder at ``out_dir``, atomically: everything goes to a temporary folder beside it, which
-    is renamed onto ``out_dir`` when complete, so a failure leaves no half folder (and an old one intact).
+    """Write a model folder at ``out_dir`` (a path, or an output a program claimed already), atomically, through
+    :class:`~nmt_toolkit.outputs.FolderOutput`: a failure leaves no half folder and an earlier one intact, and
+    only an earlier model folder is ever replaced (with ``overwrite``).
 
     ``subword_files`` maps the roles "source"/"target" to existing files to copy (one path for both: a joint
-    model). An existing non-empty ``out_dir`` is refused unless ``overwrite``. ``multilingual`` (a multilingual
-    model; no language pair then) holds ``languages``, ``lang_pairs`` (a list), ``lang_tok_style``,
-    ``encoder_langtok`` and ``decoder_langtok``.
+    model). ``multilingual`` (a multilingual model; no language pair then) holds ``languages``, ``lang_pairs``
+    (a list), ``lang_tok_style``, ``encoder_langtok`` and ``decoder_langtok``.
     """
-    _check_target(out_dir, overwrite)
+    output = as_output(out_dir, MODEL_FOLDER, overwrite)
     names = _subword_names(subword_scheme, subword_files)
     languages = _languages_entry(source_lang, target_lang, multilingual, src_dict, tgt_dict)
     components = {"task": MULTILINGUAL_TASK if multilingual else "translation", "arch": arch,
@@ -198,13 +213,7 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
     config = {"components": components, "model": dict(model_config)}
     if multilingual:
         config["task"] = multilingual_task_options(languages["multilingual"])
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise DataError(f"{out_dir}: cannot write the model folder ({exc.strerror})") from None
-    try:
+    with output.staged() as tmp:
         dict_entries = _write_dictionaries(tmp, src_dict, tgt_dict, source_lang, target_lang, bool(multilingual))
         for role, name in names.items():
             if not os.path.exists(os.path.join(tmp, name)):
@@ -219,12 +228,6 @@ def write_model_folder(out_dir: str, *, arch: str, model_config: dict, state_dic
         }
         manifest["files"] = _fingerprints(tmp, manifest)
         _write_json(os.path.join(tmp, MANIFEST), manifest)
-        _move_into_place(tmp, out_dir)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise DataError(f"{out_dir}: writing the model folder failed ({exc.strerror or exc})") from None
-        raise
 
 
 def multilingual_task_options(record: dict) -> dict:
@@ -271,13 +274,6 @@ def _check_multilingual(manifest: dict, where: str) -> None:
     if record["encoder_langtok"] not in (None, "src", "tgt") or not isinstance(record["decoder_langtok"], bool):
         raise DataError(f"{where}: 'multilingual.encoder_langtok' must be null, src or tgt and 'decoder_langtok' "
                         f"true or false")
-
-
-def _check_target(out_dir: str, overwrite: bool) -> None:
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise DataError(f"{out_dir}: is a file, not a folder")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
-        raise DataError(f"{out_dir}: already exists and is not empty; give a new folder (or overwrite it)")
 
 
 def _model_name(arch: str) -> str:
@@ -350,38 +346,6 @@ def _write_safetensors(path: str, state_dict) -> None:
             tensor = tensor.to(torch.float32)
         tensors[name] = tensor.contiguous().clone()
     save_file(tensors, path, metadata={"format": "pt"})
-
-
-def _move_into_place(tmp: str, out_dir: str) -> None:
-    """Rename the complete temporary folder onto ``out_dir``; an old folder is set aside first and removed
-    only once the new one is in place."""
-    old = None
-    if os.path.isdir(out_dir) and os.listdir(out_dir):
-        old = tmp + ".old"
-        os.replace(out_dir, old)
-    elif os.path.isdir(out_dir):
-        os.rmdir(out_dir)
-    try:
-        os.replace(tmp, out_dir)
-    except OSError:
-        if old is not None:
-            os.replace(old, out_dir)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    mask = _umask()
-    try:  # mkdtemp makes 0700 and safetensors 0600: a folder people share follows the umask
-        os.chmod(out_dir, 0o777 & ~mask)
-        for name in os.listdir(out_dir):
-            os.chmod(os.path.join(out_dir, name), 0o666 & ~mask)
-    except OSError:
-        pass
-
-
-def _umask() -> int:
-    from nmt_toolkit.training.checkpoints import current_umask
-
-    return current_umask()
 
 
 # --------------------------------------------------------------------------- reading

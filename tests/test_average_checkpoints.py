@@ -84,16 +84,25 @@ def _one_error_line(capsys, *words):
         assert w in err[0], (w, err[0])
 
 
-def test_unwritable_output_and_user_dir_are_one_line_errors(tmp_path, capsys):
+def test_unwritable_output_and_user_dir_are_one_line_errors(tmp_path, capsys, monkeypatch):
     """--output as a folder, inside a file or where nothing can be written is one error line, no traceback;
     --user-dir is imported as in every program (a plugin with a syntax error is an error)."""
+    from nmt_toolkit import outputs
+
     _ck(tmp_path / "a.pt", 1)
     inputs = ["--inputs", str(tmp_path / "a.pt")]
     (tmp_path / "afile").write_text("x\n")
-    for output, words in ((tmp_path, ("is a folder",)), (tmp_path / "afile" / "avg.pt", ("afile", "not a folder")),
-                          ("/proc/nmt-toolkit-test/avg.pt", ("cannot write",))):
+    for output, words in ((tmp_path, ("is a folder",)), (tmp_path / "afile" / "avg.pt", ("afile", "not a folder"))):
         assert avg_cli.run(inputs + ["--output", str(output)]) == 1
         _one_error_line(capsys, "--output", *words)
+
+    def denied(*a, **k):  # the tests may run as root, for whom chmod 0o500 denies nothing
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outputs.tempfile, "mkdtemp", denied)
+        assert avg_cli.run(inputs + ["--output", str(tmp_path / "ro" / "avg.pt")]) == 1
+    _one_error_line(capsys, "--output", "cannot write there (Permission denied)")
     broken = tmp_path / "plugin.py"
     broken.write_text("def oops(:\n")
     assert avg_cli.run(["--user-dir", str(broken)] + inputs + ["--output", str(tmp_path / "avg.pt")]) == 2
@@ -142,9 +151,16 @@ def test_an_existing_output_is_kept_without_overwrite(tmp_path, capsys):
     _refused(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", out], capsys, str(out),
              "--overwrite")
     assert out.read_bytes() == b"keep me"
+    # --overwrite replaces only a checkpoint: a file of the user's stays, even then
+    assert avg_cli.run(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", str(out),
+                        "--overwrite"]) == 1
+    _one_error_line(capsys, f"--output {out}", "exists and is not a checkpoint")
+    assert out.read_bytes() == b"keep me"
+    _ck(out, 3)  # an earlier average
     assert avg_cli.run(["--inputs", f"{tmp_path / 'a.pt'},{tmp_path / 'b.pt'}", "--output", str(out),
                         "--overwrite"]) == 0
-    assert "model" in torch.load(out, weights_only=True)
+    a, b = (torch.load(tmp_path / n, weights_only=True)["model"]["enc.weight"] for n in ("a.pt", "b.pt"))
+    assert torch.allclose(torch.load(out, weights_only=True)["model"]["enc.weight"], (a + b) / 2)
 
 
 @pytest.mark.parametrize("spelling", ["same", "dot", "symlink"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from nmt_toolkit import outputs
 from nmt_toolkit.errors import DataError
 from nmt_toolkit.training import checkpoints as C
 from nmt_toolkit.training.state import get_rng_state, set_rng_state
@@ -134,15 +135,15 @@ def test_stale_temp_files_are_removed(tmp_path):
 def test_unusable_save_dir_is_a_one_line_error(tmp_path, monkeypatch):
     f = tmp_path / "a_file"
     f.write_text("x")
-    with pytest.raises(DataError, match=r"--save-dir .*a_file: is a file, not a folder$"):
+    with pytest.raises(DataError, match=r"--save-dir .*a_file: exists and is not a folder$"):
         C.prepare_save_dir(str(f))
-    with pytest.raises(DataError, match=r"a_file/sub: cannot write there \(Not a directory\)$"):
+    with pytest.raises(DataError, match=r"a_file/sub: .*a_file is a file, not a folder$"):
         C.prepare_save_dir(str(f / "sub"))
 
     def denied(*a, **k):  # the tests may run as root, for whom chmod 0o500 does not deny anything
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(C.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", denied)
     with pytest.raises(DataError, match=r"ro: cannot write there \(Permission denied\)$"):
         C.prepare_save_dir(str(tmp_path / "ro"))
     monkeypatch.undo()
@@ -163,7 +164,7 @@ def test_a_newer_checkpoint_format_is_refused_by_name(tmp_path):
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
 def test_written_files_follow_the_umask_like_open(tmp_path, umask):
     """The reference: the mode open() gives a new file under the same umask."""
-    from nmt_toolkit.cli.common import ReplacingFile
+    from nmt_toolkit.outputs import ReplacingFile
 
     old = os.umask(umask)
     try:

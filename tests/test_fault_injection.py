@@ -5,7 +5,7 @@ running the same command again must end in exactly its state (model, optimizer, 
 ``checkpoint*.pt`` on disk must load at every moment, and no temp file may survive the next start.
 
 A killed process is a subprocess (``SIGKILL`` runs no cleanup, so the files are what a crash leaves). Kills
-at exact points of a save come from a small wrapper around ``checkpoints._write_atomically`` in the child
+at exact points of a save come from a small wrapper around ``outputs.replace_file`` in the child
 that SIGKILLs its own process: half-way through writing a temp file, or right after a rename (before the
 copies to the other names). Kills at random moments come from the parent, at seeded random delays.
 """
@@ -35,10 +35,10 @@ FLAGS = [*TINY, "--save-interval-updates", "1", "--keep-interval-updates", "2", 
 # config.yaml is the first): "mid" after half of the temp file's bytes are on disk, "after" once it is renamed.
 CHILD = r"""
 import io, os, signal, sys
-from nmt_toolkit.training import checkpoints as C
+from nmt_toolkit import outputs as O
 n, phase = os.environ["KILL_AT"].split(":") if os.environ.get("KILL_AT") else ("0", "")
 count = [0]
-orig = getattr(C, "_write_atomically", None)
+orig = O.replace_file
 
 def killing(path, write, *a, **k):
     count[0] += 1
@@ -60,7 +60,7 @@ def killing(path, write, *a, **k):
     return orig(path, half, *a, **k)
 
 if n != "0":
-    C._write_atomically = killing
+    O.replace_file = killing
 from nmt_toolkit.cli.train import run
 sys.exit(run(sys.argv[1:]))
 """
@@ -283,5 +283,5 @@ def test_kill_during_binarization_then_the_next_run_removes_the_staging_folder(t
     (tmp_path / "small.yy").write_text("w2 w1\nw3\n")
     p = _preprocess(dest, tmp_path / "small")
     assert p.returncode == 0, p.stderr[-2000:]
-    assert f"removed {tmp_path / left[0]}, left by an nmt-preprocess run that was interrupted" in p.stderr
+    assert f"removed {tmp_path / left[0]}, left by a run that was interrupted" in p.stderr
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith(".")) == [running.name]

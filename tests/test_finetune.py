@@ -125,6 +125,7 @@ def test_save_model_folder_refuses_another_folder_before_training(start, tmp_pat
     (out / "notes.txt").write_text("keep")
     assert train([str(data), "--finetune-from-model", str(folder), *TRAIN, "--max-update", "1",
                   "--save-dir", str(tmp_path / "ck"), "--save-model-folder", str(out)]) == 1
-    assert _last_error(capsys) == (f"nmt-train: error: --save-model-folder {out}: exists and is not a model folder; "
-                                   f"give a new folder")
+    assert _last_error(capsys) == (f"nmt-train: error: --save-model-folder {out}: a non-empty folder that is not a "
+                                   f"model folder (it holds notes.txt); nothing was written: name a new or empty "
+                                   f"folder")
     assert (out / "notes.txt").read_text() == "keep" and not (tmp_path / "ck" / "checkpoint_last.pt").exists()

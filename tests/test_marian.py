@@ -369,6 +369,18 @@ def exported(trained_here, tmp_path_factory):
     return out
 
 
+def test_export_files_have_the_modes_open_and_mkdir_give(exported, tmp_path):
+    """Every file of the folder (model.safetensors too, which safetensors writes private) and the folder itself
+    follow the umask, as files made with open() and mkdir() here do: a folder people share is readable."""
+    import stat
+
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("")
+    modes = {name: stat.S_IMODE(os.stat(exported / name).st_mode) for name in os.listdir(exported)}
+    assert modes == {name: stat.S_IMODE(os.stat(tmp_path / "file").st_mode) for name in modes}
+    assert stat.S_IMODE(os.stat(exported).st_mode) == stat.S_IMODE(os.stat(tmp_path / "dir").st_mode)
+
+
 def test_export_loads_in_transformers_and_decodes_as_ours(trained_here, exported, data_dir):
     """``MarianMTModel``/``MarianTokenizer.from_pretrained`` load the export; Transformers' beam search
     equals ours on at least 99 % of 200 test sentences (here: 199), though our model starts

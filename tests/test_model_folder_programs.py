@@ -37,10 +37,17 @@ def test_export_folder_refuses_a_non_empty_output_dir(trained_translation, tmp_p
     (out / "keep.txt").write_text("mine")
     assert _export(trained_translation, out) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(f"--output-dir {out}: exists and is not empty (pass --overwrite to replace it)")
+    assert err[-1].endswith(f"--output-dir {out}: a non-empty folder that is not a model folder (it holds keep.txt); "
+                            f"nothing was written: name a new or empty folder")
     assert (out / "keep.txt").read_text() == "mine"
+    assert _export(trained_translation, out, "--overwrite") != 0  # --overwrite replaces only a model folder
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    assert _export(trained_translation, out) == 0
+    assert _export(trained_translation, out) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("holds a model folder already; add --overwrite "
+                                                                     "to replace it, or name another folder")
     assert _export(trained_translation, out, "--overwrite") == 0
-    assert not (out / "keep.txt").exists()
 
 
 @pytest.fixture(scope="module")

@@ -154,5 +154,6 @@ def test_a_folder_with_files_is_left_alone_without_overwrite(raw, tmp_path, caps
     code = preprocess(["--lang-pairs", "en-de", "--trainpref", str(raw / "train"), "--destdir", str(dest),
                        "--no-progress-bar"])
     err = capsys.readouterr().err.strip()
-    assert code != 0 and "not empty; a multilingual data-bin is written whole" in err
+    assert code != 0 and "a non-empty folder that is not a data-bin (no preprocess.json or dict.*.txt; it holds " \
+                         "notes.txt)" in err
     assert os.listdir(dest) == ["notes.txt"]

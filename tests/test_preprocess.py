@@ -224,18 +224,27 @@ def test_adding_a_split_keeps_the_others_listed(tmp_path):
     assert [len(_load(dest, s)) for s in ("train", "valid", "test")] == [2, 2, 1]
 
 
-def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys):
+def test_unwritable_destdir_user_dir_data_file_and_disk_full(tmp_path, capsys, monkeypatch):
     """One error line, no traceback, for a --destdir inside a file or an unwritable place, for --user-dir naming
     a data file, and for a disk that fills up while binarizing (here a file size limit: EFBIG, errno 27)."""
     import resource
     import subprocess
     import sys
 
+    from nmt_toolkit import outputs
+
     small = _tiny(tmp_path, "small", "a b\nc\n", "x y\nz\n")
     (tmp_path / "afile").write_text("not a folder\n")
     _assert_error(capsys, _prep(small, tmp_path / "afile" / "bin"), "afile", "not a folder")
-    _assert_error(capsys, _prep(small, "/proc/nmt-toolkit-test/bin"), "--destdir /proc/nmt-toolkit-test/bin",
-                  "cannot create")
+
+    def denied(*a, **k):  # the tests may run as root, for whom chmod 0o500 denies nothing
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outputs.tempfile, "mkdtemp", denied)
+        _assert_error(capsys, _prep(small, tmp_path / "ro" / "bin"), f"--destdir {tmp_path / 'ro' / 'bin'}",
+                      "cannot write there (Permission denied)")
+    assert not (tmp_path / "ro").exists()
     _assert_error(capsys, _prep(small, tmp_path / "bin", "--user-dir", small + ".en"), "--user-dir", "small.en",
                   "not a plugin")
 

@@ -144,10 +144,10 @@ def test_save_dir_that_is_a_file_is_a_one_line_error(tiny_bin, tmp_path, capsys)
     f = tmp_path / "ck"
     f.write_text("my notes")
     assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(f)]) == 1
-    assert _one_line_error(capsys) == f"nmt-train: error: --save-dir {f}: is a file, not a folder"
+    assert _one_line_error(capsys) == f"nmt-train: error: --save-dir {f}: exists and is not a folder"
     assert f.read_text() == "my notes"
     assert train([tiny_bin, *TINY, "--max-update", "1", "--save-dir", str(f / "sub")]) == 1
-    assert _one_line_error(capsys).endswith(f"--save-dir {f / 'sub'}: cannot write there (Not a directory)")
+    assert _one_line_error(capsys).endswith(f"--save-dir {f / 'sub'}: {f} is a file, not a folder")
 
 
 def test_resuming_with_another_embed_dim_names_the_shapes(tiny_bin, tmp_path, capsys):

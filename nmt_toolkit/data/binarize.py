@@ -62,7 +62,7 @@ class PreprocessConfig:
                                       metavar="PREFIX")
     validpref: Optional[str] = option(None, "validation files prefix(es), comma-separated (valid, valid1, …)", metavar="PREFIX")
     testpref: Optional[str] = option(None, "test files prefix(es), comma-separated (test, test1, …)", metavar="PREFIX")
-    destdir: str = option("data-bin", "output folder", metavar="DIR")
+    destdir: str = option("data-bin", "output folder (new, empty, or a data-bin)", metavar="DIR", output="folder")
     joined_dictionary: bool = option(False, "one dictionary for both languages (written as both dict files)")
     srcdict: Optional[str] = option(None, "reuse this source dictionary instead of building one", metavar="FILE")
     tgtdict: Optional[str] = option(None, "reuse this target dictionary instead of building one", metavar="FILE")
@@ -359,6 +359,7 @@ class _ShardWriter:
 def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -> dict:
     """Run the whole pipeline; returns this run's ``preprocess.json`` record. Raises DataError/UsageError."""
     cfg.validate()
+    data_bin.claim(os.path.realpath(cfg.destdir), cfg.destdir)
     src, tgt = cfg.source_lang, cfg.target_lang
     splits = _split_prefixes(cfg)
     for opt, path in (("--srcdict", cfg.srcdict), ("--tgtdict", cfg.tgtdict), ("--bpe-model", cfg.bpe_model),
@@ -387,7 +388,7 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
                          f"{scans['train'][src].path}; use at most {n}")
     cfg = dataclasses.replace(cfg, workers=_workers(cfg.workers, scans))
 
-    destdir = os.path.abspath(cfg.destdir)
+    destdir = os.path.realpath(cfg.destdir)
     tmp = data_bin.staging_folder(destdir, cfg.destdir)
     try:
         with data_bin.lock(destdir, cfg.destdir):  # the folder's record is read, merged and replaced by one run

@@ -14,14 +14,13 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 from typing import Optional
 
-from nmt_toolkit import locking
+from nmt_toolkit import locking, outputs
 from nmt_toolkit.data.json_files import read_json
 from nmt_toolkit.data.language_codes import is_language_code
 from nmt_toolkit.errors import DataError
+from nmt_toolkit.outputs import OutputKind
 
 logger = logging.getLogger(__name__)
 
@@ -33,24 +32,37 @@ _OURS = re.compile(r"(dict\.[^/]+\.txt|preprocess\.json|spm\.model|bpe\.codes|sh
                    r"|[^/.]+\.[^/.]+-[^/.]+\.[^/.]+\.(bin|idx))$")
 
 
+#: a data-bin as an output: a folder holding a record or dictionaries (fairseq's data-bins have no record)
+DATA_BIN = OutputKind("a data-bin", markers=("preprocess.json", "dict.*.txt", "dict.txt"))
+
+
+def claim(destdir: str, shown: str) -> None:
+    """Refuse, before any work, a ``--destdir`` that is a file, a protected place (the working folder, one of
+    its parents, the home folder, a mount point) or a non-empty folder that is not a data-bin: a run adds to
+    or replaces only a data-bin's own files, never a folder of someone else's."""
+    outputs.refuse_protected(destdir, f"--destdir {shown}")
+    outputs.check_writable_place(destdir, f"--destdir {shown}")
+    if os.path.lexists(destdir) and not os.path.isdir(destdir):
+        raise DataError(f"--destdir {shown}: exists and is not a folder")
+    if os.path.isdir(destdir):
+        entries = os.listdir(destdir)
+        if entries and not DATA_BIN.recognises(destdir, entries):
+            raise DataError(f"--destdir {shown}: a non-empty folder that is not a data-bin (no preprocess.json or "
+                            f"dict.*.txt; it holds {', '.join(sorted(entries)[:3])}); name a new or empty folder")
+
+
 def staging_folder(destdir: str, shown: str) -> str:
     """A new private folder beside ``destdir`` (same file system: the final moves are renames).
 
     ``shown`` is ``--destdir`` as the user typed it, for the one-line errors."""
-    if os.path.exists(destdir) and not os.path.isdir(destdir):
-        raise DataError(f"--destdir {shown}: exists and is not a folder")
+    claim(destdir, shown)
     parent = os.path.dirname(destdir)
     existing = parent
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise DataError(f"--destdir {shown}: {existing} is a file, not a folder")
-    try:
-        os.makedirs(parent, exist_ok=True)
-        remove_abandoned(destdir)
-        return tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.tmp-{os.getpid()}-", dir=parent)
-    except OSError as exc:
-        raise DataError(f"--destdir {shown}: cannot create it ({exc.strerror})") from None
+    return outputs.staging_beside(destdir, f"--destdir {shown}")
 
 
 def lock(destdir: str, shown: str):
@@ -61,32 +73,10 @@ def lock(destdir: str, shown: str):
     return locking.exclusive(path, f"--destdir {shown}", "nmt-preprocess")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process, or a number no process has: leave the folder alone
-    return True
-
-
 def remove_abandoned(destdir: str) -> list[str]:
-    """Remove the staging and trash folders beside ``destdir`` that a killed run left (kill -9, a lost node).
-
-    Their names carry the writing process's id (``.NAME.tmp-PID-…``, ``.NAME.old-PID-…``); a folder whose
-    process is still running belongs to a run in progress and stays. Returns the removed paths."""
-    parent, base = os.path.dirname(destdir), os.path.basename(destdir)
-    pattern = re.compile(rf"\.{re.escape(base)}\.(tmp|old)-(\d+)-")
-    removed = []
-    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
-        m = pattern.match(name)
-        path = os.path.join(parent, name)
-        if m and os.path.isdir(path) and not _alive(int(m.group(2))):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-            logger.info("removed %s, left by an nmt-preprocess run that was interrupted", path)
-    return removed
+    """Remove the staging and trash folders a killed run left beside ``destdir`` (see
+    :func:`nmt_toolkit.outputs.remove_abandoned`)."""
+    return outputs.remove_abandoned(destdir)
 
 
 def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[dict]:
@@ -201,41 +191,13 @@ def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
     """Move the finished files of ``tmp`` into ``destdir`` (a rename when it does not exist yet).
 
     The entries the new set replaces — with ``overwrite`` everything an earlier run wrote, else the same
-    names and, with new training data, the old ``train.*``/shard folders — are first renamed into a trash
-    folder beside ``destdir``; if a rename fails, every move is undone, so ``destdir`` holds either the old
-    set or the new one. Renames within one file system copy nothing."""
-    if not os.path.exists(destdir):
-        os.rename(tmp, destdir)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(destdir, 0o777 & ~umask)  # mkdtemp made it private
-        os.makedirs(tmp)  # so the caller's cleanup finds something to remove
-        return
-    new = set(os.listdir(tmp))
-
+    names and, with new training data, the old ``train.*``/shard folders — go first (renamed aside, removed
+    once the new set is in); if a rename fails every move is undone, so ``destdir`` holds either the old set
+    or the new one (:func:`nmt_toolkit.outputs.merge_into`). Other files in the folder stay."""
     def replaced(name: str) -> bool:
         if overwrite:
             return bool(_OURS.match(name))
-        old_train = wrote_train and (bool(_SHARD_DIR.match(name)) or
-                                     (bool(_TRAIN_FILE.match(name)) and name.endswith((".bin", ".idx"))))
-        return name in new or old_train
+        return wrote_train and (bool(_SHARD_DIR.match(name)) or
+                                (bool(_TRAIN_FILE.match(name)) and name.endswith((".bin", ".idx"))))
 
-    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(destdir)}.old-{os.getpid()}-", dir=os.path.dirname(destdir))
-    moved_out: list[str] = []
-    moved_in: list[str] = []
-    try:
-        for name in sorted(os.listdir(destdir)):
-            if replaced(name):
-                os.rename(os.path.join(destdir, name), os.path.join(trash, name))
-                moved_out.append(name)
-        for name in sorted(new):
-            os.rename(os.path.join(tmp, name), os.path.join(destdir, name))
-            moved_in.append(name)
-    except OSError:
-        for name in moved_in:
-            os.rename(os.path.join(destdir, name), os.path.join(tmp, name))
-        for name in moved_out:
-            os.rename(os.path.join(trash, name), os.path.join(destdir, name))
-        os.rmdir(trash)
-        raise
-    shutil.rmtree(trash, ignore_errors=True)
+    outputs.merge_into(tmp, destdir, replaced)

@@ -65,6 +65,7 @@ def _scan_all(cfg: PreprocessConfig, pairs, splits) -> tuple[dict, dict]:
 def preprocess_pairs(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -> dict:
     """The multilingual pipeline (module docstring); returns the ``preprocess.json`` record."""
     cfg.validate()
+    data_bin.claim(os.path.realpath(cfg.destdir), cfg.destdir)
     pairs = parse_lang_pairs(cfg.lang_pairs)
     if cfg.srcdict and not os.path.isfile(cfg.srcdict):
         raise DataError(f"--srcdict {cfg.srcdict}: no such file")
@@ -73,7 +74,7 @@ def preprocess_pairs(cfg: PreprocessConfig, command: Optional[Sequence[str]] = N
     splits = binarize._split_prefixes(cfg)
     files, scans = _scan_all(cfg, pairs, splits)
     cfg = dataclasses.replace(cfg, workers=binarize._workers(cfg.workers, {"all": scans}))
-    destdir = os.path.abspath(cfg.destdir)
+    destdir = os.path.realpath(cfg.destdir)
     if os.path.isdir(destdir) and os.listdir(destdir) and not cfg.overwrite:
         raise DataError(f"--destdir {cfg.destdir}: not empty; a multilingual data-bin is written whole: use "
                         f"--overwrite to replace what earlier runs wrote, or a new folder")

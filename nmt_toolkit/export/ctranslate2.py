@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 from nmt_toolkit.data.folder_files import check_inside
 from nmt_toolkit.data.json_files import read_json_object
 from nmt_toolkit.data.language_codes import is_language_code
 from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.outputs import OutputKind, as_output
 
 QUANTIZATIONS = ("none", "int8", "int8_float16", "int16", "float16", "bfloat16")
 EXPORT_JSON = "nmt_export.json"
@@ -149,21 +149,34 @@ def build_spec(model, src_dict, tgt_dict):
     return spec
 
 
-def export(checkpoint: str, task, output_dir: str, quantization: str = "none", overwrite: bool = False) -> dict:
-    """Write ``checkpoint`` (decoded with ``task``'s dictionaries) as a CTranslate2 model in ``output_dir``:
-    ``model.bin``, CTranslate2's ``config.json`` and vocabularies, our ``dict.<lang>.txt`` and the subword
-    model copied beside them, and ``nmt_export.json`` (what was exported). Written into a temporary folder
-    first and moved into place, so a failure leaves no half-written model. Returns the JSON record."""
+def _export_names(folder: str) -> list:
+    """The subword model an earlier export's record names (its name is the data-bin's)."""
+    record = read_export(folder) or {}
+    return [(record.get("subword") or {}).get("model")]
+
+
+#: a CTranslate2 model folder as an output: CTranslate2's files, our dictionaries, subword model and record
+CTRANSLATE2_FOLDER = OutputKind("a CTranslate2 model folder", markers=("model.bin",),
+                                required=("model.bin", "config.json"),
+                                members=("config.json", "*vocabulary.json", "*vocabulary.txt", "dict*.txt",
+                                         EXPORT_JSON), named_by=_export_names)
+
+
+def export(checkpoint: str, task, output_dir, quantization: str = "none", overwrite: bool = False) -> dict:
+    """Write ``checkpoint`` (decoded with ``task``'s dictionaries) as a CTranslate2 model in ``output_dir`` (a
+    path, or an output a program claimed already): ``model.bin``, CTranslate2's ``config.json`` and
+    vocabularies, our ``dict.<lang>.txt`` and the subword model copied beside them, and ``nmt_export.json``
+    (what was exported). Written into a staging folder and swapped in when complete
+    (:class:`~nmt_toolkit.outputs.FolderOutput`). Returns the JSON record."""
     require_ctranslate2()
     import ctranslate2
 
     from nmt_toolkit.loading import load_models
-    from nmt_toolkit.training.checkpoints import current_umask, task_dictionaries
+    from nmt_toolkit.training.checkpoints import task_dictionaries
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
-    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)) and not overwrite:
-        raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace it)")
+    output = as_output(output_dir, CTRANSLATE2_FOLDER, overwrite)
     src, tgt, langs, files = task_dictionaries(task)
     models, configs = load_models([checkpoint], src, tgt, files, langs=langs)
     model = models[0]
@@ -175,44 +188,36 @@ def export(checkpoint: str, task, output_dir: str, quantization: str = "none", o
         spec.config.add_attribute("multilingual", multilingual["multilingual"])
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
-
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".nmt-export-", dir=parent)
-    try:
+    record = {"format": "ctranslate2", "ctranslate2_version": ctranslate2.__version__,
+              "quantization": quantization, "checkpoint": os.path.abspath(checkpoint),
+              "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
+              "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
+              "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
+              "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
+    if multilingual:
+        record.update(source_lang=None, target_lang=None, languages=multilingual["languages"],
+                      task=multilingual["task"])
+    with output.staged() as staging:
         spec.save(staging)
-        record = {"format": "ctranslate2", "ctranslate2_version": ctranslate2.__version__,
-                  "quantization": quantization, "checkpoint": os.path.abspath(checkpoint),
-                  "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
-                  "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
-                  "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
-                  "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
-        if multilingual:
-            record.update(source_lang=None, target_lang=None, languages=multilingual["languages"],
-                          task=multilingual["task"])
-        for side, dictionary in (("source", task.src_dict), ("target", task.tgt_dict)):
-            lang = getattr(task.cfg, f"{side}_lang")
-            name = "dict.txt" if multilingual else f"dict.{lang}.txt"  # a multilingual model: one joint dictionary
-            dictionary.save(os.path.join(staging, name))
-            record["dictionaries"][side] = name
-        subword = task.subword_record()
-        if subword and subword.get("type"):
-            path = subword["model"] if os.path.isabs(subword["model"]) else os.path.join(task.cfg.data, subword["model"])
-            shutil.copyfile(path, os.path.join(staging, os.path.basename(path)))
-            record["subword"] = {**subword, "model": os.path.basename(path)}
-        with open(os.path.join(staging, EXPORT_JSON), "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, default=str)
-            handle.write("\n")
-        if os.path.isdir(output_dir):
-            shutil.rmtree(output_dir)
-        elif os.path.exists(output_dir):
-            os.remove(output_dir)
-        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700: follow the umask as mkdir does
-        os.replace(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        _write_beside_model(staging, task, record, bool(multilingual))
     return record
+
+
+def _write_beside_model(folder: str, task, record: dict, multilingual: bool) -> None:
+    """Our dictionaries, the subword model and the record (``nmt_export.json``), completing ``record``."""
+    for side, dictionary in (("source", task.src_dict), ("target", task.tgt_dict)):
+        lang = getattr(task.cfg, f"{side}_lang")
+        name = "dict.txt" if multilingual else f"dict.{lang}.txt"  # a multilingual model: one joint dictionary
+        dictionary.save(os.path.join(folder, name))
+        record["dictionaries"][side] = name
+    subword = task.subword_record()
+    if subword and subword.get("type"):
+        path = subword["model"] if os.path.isabs(subword["model"]) else os.path.join(task.cfg.data, subword["model"])
+        shutil.copyfile(path, os.path.join(folder, os.path.basename(path)))
+        record["subword"] = {**subword, "model": os.path.basename(path)}
+    with open(os.path.join(folder, EXPORT_JSON), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=2, default=str)
+        handle.write("\n")
 
 
 def _multilingual_config(task) -> Optional[dict]:

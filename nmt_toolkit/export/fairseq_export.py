@@ -11,6 +11,7 @@ does for any learned table); learned positions are exported as they are.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 
@@ -18,6 +19,7 @@ import torch
 
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.modules.positional import sinusoidal_table
+from nmt_toolkit.outputs import OutputKind, as_output, os_reason
 
 #: positions exported for a paper-sinusoid model (fairseq's own default table size)
 SINUSOID_EXPORT_POSITIONS = 1024
@@ -111,13 +113,29 @@ def fairseq_args(cfg, source_lang: str, target_lang: str) -> argparse.Namespace:
     return argparse.Namespace(**task, **model)
 
 
-def export(checkpoint: str, task, output_dir: str, overwrite: bool = False) -> dict:
-    """Write ``output_dir/checkpoint.pt`` (fairseq 0.12's layout) and the data-bin's dictionaries beside it."""
+def _save(state: dict, path: str) -> None:
+    """``torch.save``, its zip writer's failure (a full disk) reported as the OSError it is."""
+    try:
+        torch.save(state, path)
+    except RuntimeError as exc:
+        raise OSError(errno.EIO, os_reason(exc, os.path.dirname(path))) from exc
+
+
+#: a fairseq export as an output: the checkpoint, its dictionaries and our record of the export
+FAIRSEQ_FOLDER = OutputKind("a fairseq export", markers=("checkpoint.pt",), required=("checkpoint.pt",),
+                            members=("dict.*.txt", "nmt_export.json"))
+
+
+def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
+    """Write ``output_dir/checkpoint.pt`` (fairseq 0.12's layout) and the data-bin's dictionaries beside it,
+    into a staging folder swapped in when complete (``output_dir``: a path, or an output a program claimed
+    already)."""
     from nmt_toolkit.config import from_dict
     from nmt_toolkit.models.transformer import TransformerConfig
     from nmt_toolkit.loading import load_any_checkpoint
-    from nmt_toolkit.training.checkpoints import check_task_dictionaries, save_checkpoint
+    from nmt_toolkit.training.checkpoints import check_task_dictionaries
 
+    output = as_output(output_dir, FAIRSEQ_FOLDER, overwrite)
     state = load_any_checkpoint(checkpoint)  # ours, or a model folder's weights and config
     check_task_dictionaries(state, checkpoint, task)
     config = state["config"]
@@ -126,22 +144,20 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False) -> d
     cfg = from_dict(TransformerConfig, config.get("model", {}), what=f"{checkpoint}: model config")
     check_exportable(cfg, checkpoint)
     src, tgt = task.source_dictionary, task.target_dictionary
-    if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise NmtError(f"{output_dir}: the folder exists and is not empty; choose another or add --overwrite")
-    os.makedirs(output_dir, exist_ok=True)
     langs = (task.cfg.source_lang, task.cfg.target_lang)
     out = {"args": fairseq_args(cfg, *langs), "cfg": None,
            "model": fairseq_state_dict(state["model"], cfg, src.pad()),
            "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "NmtToolkit",
                                   "lr_scheduler_state": {"best": None}, "num_updates": 0}],
            "extra_state": {"train_iterator": {"epoch": 1}, "val_loss": None}, "last_optimizer_state": None}
-    target = os.path.join(output_dir, "checkpoint.pt")
-    save_checkpoint(out, target)
-    for lang, d in zip(langs, (src, tgt)):
-        d.save(os.path.join(output_dir, f"dict.{lang}.txt"))
-    record = {"format": "fairseq", "source": os.path.abspath(checkpoint), "fairseq_checkpoint": target,
+    record = {"format": "fairseq", "source": os.path.abspath(checkpoint),
+              "fairseq_checkpoint": os.path.join(str(output), "checkpoint.pt"),
               "positions": "learned" if out["args"].encoder_learned_pos else "sinusoidal",
               "max_positions": out["args"].max_source_positions}
-    with open(os.path.join(output_dir, "nmt_export.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=1)
+    with output.staged() as folder:
+        _save(out, os.path.join(folder, "checkpoint.pt"))
+        for lang, d in zip(langs, (src, tgt)):
+            d.save(os.path.join(folder, f"dict.{lang}.txt"))
+        with open(os.path.join(folder, "nmt_export.json"), "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
     return record

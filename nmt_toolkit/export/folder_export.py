@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import Optional
 
-from nmt_toolkit.errors import DataError
-from nmt_toolkit.model_folder import scheme_of_codec, write_model_folder
+from nmt_toolkit.model_folder import MODEL_FOLDER, scheme_of_codec, write_model_folder
+from nmt_toolkit.outputs import as_output
 
 
-def export(checkpoint: str, task, output_dir: str, overwrite: bool = False, made_by: Optional[str] = None,
+def export(checkpoint: str, task, output_dir, overwrite: bool = False, made_by: Optional[str] = None,
            target_lang_tag: Optional[str] = None) -> dict:
     """Write ``checkpoint`` (with ``task``'s dictionaries and subword models) as a model folder at
-    ``output_dir``; returns what was written (the manifest's main entries)."""
+    ``output_dir`` (a path, or an output a program claimed already); returns what was written (the
+    manifest's main entries)."""
     from nmt_toolkit.loading import load_models
     from nmt_toolkit.training.checkpoints import task_dictionaries
 
+    output_dir = as_output(output_dir, MODEL_FOLDER, overwrite)  # refused before the model is read
     src, tgt, langs, _ = task_dictionaries(task)
     models, configs = load_models([checkpoint], src, tgt, task.dictionary_files(), langs=langs)
     config = configs[0]
@@ -30,18 +32,12 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False, made
     multilingual = multilingual_record(task)
     if multilingual:
         langs = (None, None)  # any two of its languages
-    try:
-        write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
-                           state_dict=models[0].state_dict(), src_dict=src, tgt_dict=tgt, source_lang=langs[0],
-                           target_lang=langs[1], subword_scheme=scheme_of_codec(kind), subword_files=files,
-                           target_lang_tag=target_lang_tag, made_by=made_by or f"nmt-export --path {checkpoint}",
-                           overwrite=overwrite, multilingual=multilingual)
-    except DataError as exc:
-        if "already exists" in str(exc):
-            raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace "
-                            f"it)") from None
-        raise
-    return {"path": output_dir, "arch": arch, "source_lang": langs[0], "target_lang": langs[1],
+    write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
+                       state_dict=models[0].state_dict(), src_dict=src, tgt_dict=tgt, source_lang=langs[0],
+                       target_lang=langs[1], subword_scheme=scheme_of_codec(kind), subword_files=files,
+                       target_lang_tag=target_lang_tag, made_by=made_by or f"nmt-export --path {checkpoint}",
+                       overwrite=overwrite, multilingual=multilingual)
+    return {"path": str(output_dir), "arch": arch, "source_lang": langs[0], "target_lang": langs[1],
             "languages": multilingual["languages"] if multilingual else list(langs), "subword": scheme_of_codec(kind)}
 
 

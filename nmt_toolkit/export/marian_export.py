@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 import torch
 
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.outputs import OutputKind, as_output
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 SPECIALS = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
@@ -167,12 +167,21 @@ def _load(checkpoint: str, task, src, tgt, langs):
     return load_models([checkpoint], src, tgt, task.dictionary_files(), langs=langs)[0][0]
 
 
-def export(checkpoint: str, task, output_dir: str, overwrite: bool = False) -> dict:
+#: a Hugging Face Marian folder as an output: the files :func:`write_marian_folder` writes
+MARIAN_FOLDER = OutputKind("a Hugging Face Marian folder", markers=("model.safetensors",),
+                           required=("config.json", "model.safetensors"),
+                           members=("config.json", "generation_config.json", "vocab.json", "target_vocab.json",
+                                    "source.spm", "target.spm", "tokenizer_config.json", "special_tokens_map.json"))
+
+
+def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
     """Write ``checkpoint`` (with ``task``'s dictionaries and sentencepiece models) as a Hugging Face Marian
-    folder at ``output_dir``, atomically (a temporary folder beside it, renamed when complete)."""
+    folder at ``output_dir`` (a path, or an output a program claimed already), atomically: a staging folder
+    swapped in when complete (:class:`~nmt_toolkit.outputs.FolderOutput`)."""
     from nmt_toolkit.models.transformer import TransformerModel
     from nmt_toolkit.training.checkpoints import task_dictionaries
 
+    output = as_output(output_dir, MARIAN_FOLDER, overwrite)
     src, tgt, langs, _ = task_dictionaries(task)
     model = _load(checkpoint, task, src, tgt, langs)
     if type(model) is not TransformerModel:
@@ -180,19 +189,7 @@ def export(checkpoint: str, task, output_dir: str, overwrite: bool = False) -> d
                          "the built-in transformer)")
     kind, files = task.subword_files()
     check_exportable(model.cfg, src, tgt, kind, checkpoint)
-    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)) and not overwrite:
-        raise DataError(f"--output-dir {output_dir}: exists and is not empty (pass --overwrite to replace it)")
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".marian-", dir=parent)
-    try:
-        write_marian_folder(tmp, model, src, tgt, langs, files)
-        os.chmod(tmp, 0o755)
-        if os.path.isdir(output_dir):
-            shutil.rmtree(output_dir)
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return {"path": output_dir, "source_lang": langs[0], "target_lang": langs[1],
+    with output.staged() as folder:
+        write_marian_folder(folder, model, src, tgt, langs, files)
+    return {"path": str(output), "source_lang": langs[0], "target_lang": langs[1],
             "decoder_start": model.cfg.decoder_start, "vocabulary": (len(src), len(tgt))}

@@ -22,8 +22,12 @@ import re
 from typing import IO, Optional
 
 from nmt_toolkit.data.dictionary import remove_bpe
+from nmt_toolkit.outputs import OutputKind
 
 LN2 = math.log(2.0)
+#: what nmt-generate writes into --results-path and --attention-plot
+RESULTS_FOLDER = OutputKind("a results folder of nmt-generate", markers=("generate-*.txt",))
+ATTENTION_PLOTS = OutputKind("a folder of attention plots", markers=("attention-*.png",))
 
 
 class Detokenizer:
@@ -116,9 +120,11 @@ def plot_attention(model, items, src_dict, tgt_dict, folder: str, kind: str = "e
     the heads). The probabilities come from a teacher-forced pass on the hypothesis
     (:func:`nmt_toolkit.generation.attention_maps.attention_probs`).
     """
+    import functools
     import os
 
     from nmt_toolkit.generation.attention_maps import attention_probs, select_heads
+    from nmt_toolkit.outputs import replace_file
 
     try:
         import matplotlib
@@ -129,7 +135,6 @@ def plot_attention(model, items, src_dict, tgt_dict, folder: str, kind: str = "e
         from nmt_toolkit.errors import UsageError
 
         raise UsageError("--attention-plot needs matplotlib: pip install 'nmt_toolkit[viz]' (or matplotlib)") from None
-    os.makedirs(folder, exist_ok=True)
     written = []
     device = next(model.parameters()).device
     for sid, src_tokens, hyp_tokens in items:
@@ -151,7 +156,7 @@ def plot_attention(model, items, src_dict, tgt_dict, folder: str, kind: str = "e
         ax.set_title(f"sentence {sid}: {title}, layer {layer}, {which}", fontsize=9)
         fig.tight_layout()
         path = os.path.join(folder, f"attention-{sid}.png")
-        fig.savefig(path, dpi=100)
+        replace_file(path, functools.partial(fig.savefig, format="png", dpi=100), "the attention plot")
         plt.close(fig)
         written.append(path)
     return written

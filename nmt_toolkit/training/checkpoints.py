@@ -1,4 +1,4 @@
-"""Checkpoint files (DESIGN §4): plain dicts of tensors and values, written atomically.
+"""Checkpoint files: plain dicts of tensors and values, written atomically.
 
 Keys: ``model``, ``optimizer``, ``lr_scheduler``, ``scaler``, ``config`` (plain nested dict, see
 ``cli/train.py``), ``train_state`` (:class:`~nmt_toolkit.training.state.TrainState`: epoch, num_updates,
@@ -9,68 +9,28 @@ iterator position, best metric, patience counter, RNG states as tensors), ``dict
 """
 from __future__ import annotations
 
-import errno
 import glob
 import math
 import os
 import re
 import shutil
-import tempfile
 import zipfile
 from typing import Any, Optional
 
 import torch
 
+from nmt_toolkit import outputs
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
+from nmt_toolkit.outputs import TEMP_SUFFIX
 
 VERSION = 1
 KEYS = ("model", "config", "version")
-TEMP_SUFFIX = ".tmp"
-
-
-def _write_atomically(path: str, write, what: str = "the checkpoint") -> None:
-    """Call ``write(handle)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it onto ``path``.
-
-    A crash mid-write leaves the previous file at ``path`` untouched (at worst a stray ``*.tmp`` file, which
-    :func:`remove_stale_temp_files` deletes at the next start). A write that fails (disk full, file size
-    limit, permissions) removes its temp file and is a one-line DataError naming ``path``.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=TEMP_SUFFIX, dir=folder)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot write {what} ({_os_reason(exc)})") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; other writers' files follow the umask
-        os.replace(tmp, path)
-    except BaseException as exc:
-        reason = _os_reason(exc, folder)  # before the temp file is removed: a full disk has space again after
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, (OSError, RuntimeError)):  # torch's zip writer reports a failed write as RuntimeError
-            kept = " (the previous file is intact)" if os.path.exists(path) else ""
-            raise DataError(f"{path}: writing {what} failed: {reason}{kept}") from None
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
 
 
 def save_checkpoint(state: dict, path: str) -> None:
-    """Write ``state`` to ``path`` atomically (see :func:`_write_atomically`)."""
-    _write_atomically(path, lambda handle: torch.save(state, handle))
+    """Write ``state`` to ``path`` atomically: a crash mid-write leaves an earlier file whole, at worst with a
+    stray ``*.tmp`` beside it, which :func:`remove_stale_temp_files` deletes at the next start."""
+    outputs.replace_file(path, lambda handle: torch.save(state, handle), "the checkpoint")
 
 
 def copy_checkpoint(src: str, dst: str) -> None:
@@ -84,7 +44,7 @@ def copy_checkpoint(src: str, dst: str) -> None:
         with open(src, "rb") as source:
             shutil.copyfileobj(source, handle, 1 << 20)
 
-    _write_atomically(dst, write)
+    outputs.replace_file(dst, write, "the checkpoint")
 
 
 def remove_stale_temp_files(save_dir: str) -> list[str]:
@@ -97,35 +57,6 @@ def remove_stale_temp_files(save_dir: str) -> list[str]:
     stale += glob.glob(os.path.join(glob.escape(save_dir), ".*.pt.*.link"))  # left by versions that hard-linked
     _remove(stale)
     return stale
-
-
-def current_umask() -> int:
-    """The process's umask (reading it means setting it: set it straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-#: less free space than this in the folder of a failed write means the disk filled up
-_FULL_DISK_BYTES = 1 << 20
-
-
-def _os_reason(exc: BaseException, folder: Optional[str] = None) -> str:
-    """``No space left on device``: the OS's words, without the errno prefix and the file name again.
-
-    torch's zip writer reports the OS's error as ``[enforce fail at inline_container.cc…] unexpected pos``;
-    the free space left in ``folder`` then tells a full disk from other failures."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    if isinstance(exc, RuntimeError) and folder is not None:
-        try:
-            stat = os.statvfs(folder)
-            if stat.f_bavail * stat.f_frsize < _FULL_DISK_BYTES:
-                return os.strerror(errno.ENOSPC)
-        except OSError:
-            pass
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__
 
 
 TORCHSCRIPT_REFUSAL = ("a TorchScript archive (a program with code, not a checkpoint of weights); refusing to "
@@ -141,6 +72,17 @@ def is_torchscript_archive(path: str) -> bool:
             return any(n.endswith("constants.pkl") or "/code/" in n for n in archive.namelist())
     except (OSError, zipfile.BadZipFile, ValueError):
         return False
+
+
+def is_checkpoint_file(path: str) -> bool:
+    """A file ``torch.save`` wrote (a zip archive holding ``data.pkl``), not a TorchScript program: what
+    ``--overwrite`` may replace where a program writes a checkpoint. Read without unpickling anything."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+    return any(n.endswith("/data.pkl") for n in names) and not is_torchscript_archive(path)
 
 
 def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
@@ -352,23 +294,18 @@ def _load_failure_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:120]}"
 
 
-def prepare_save_dir(save_dir: str) -> None:
-    """Create ``--save-dir`` and make sure files can be written there, before any training is done.
+#: what nmt-train writes into --save-dir; a folder holding one of these is an earlier save dir
+SAVE_DIR = outputs.OutputKind("a folder of checkpoints (--save-dir)",
+                              markers=("checkpoint*.pt", "config.yaml", ".nmt-train.lock", "*.pt.*" + TEMP_SUFFIX))
 
-    A path that is a file, or a folder that cannot be created or written, is a one-line DataError now,
-    instead of a traceback at the first save after hours of training.
-    """
-    if os.path.exists(save_dir) and not os.path.isdir(save_dir):
-        raise DataError(f"--save-dir {save_dir}: is a file, not a folder")
-    try:
-        os.makedirs(save_dir, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=save_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise DataError(f"--save-dir {save_dir}: cannot write there ({_os_reason(exc)})") from None
+
+def prepare_save_dir(save_dir: str) -> None:
+    """Create ``--save-dir`` and make sure files can be written there, before any training is done: a path
+    that is a file, a folder that cannot be written, a protected place or a non-empty folder of someone
+    else's is a one-line error now, instead of a traceback (or worse) at the first save after hours."""
+    outputs.claim_folder(save_dir, SAVE_DIR, f"--save-dir {save_dir}")
 
 
 def write_text_atomically(path: str, text: str) -> None:
     """``config.yaml`` and friends: the same atomic write as checkpoints, so a full disk leaves the old file."""
-    _write_atomically(path, lambda handle: handle.write(text.encode("utf-8")), "the file")
+    outputs.write_text(path, text)

@@ -44,7 +44,8 @@ class OptimizationConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_dir: str = option("checkpoints", "folder for checkpoints and config.yaml")
+    save_dir: str = option("checkpoints", "folder for checkpoints and config.yaml (new, empty, or an earlier "
+                                          "--save-dir)", output="folder")
     restore_file: str = option("checkpoint_last.pt", "checkpoint to resume from (relative to --save-dir)")
     save_interval: int = option(1, "save a checkpoint every N epochs", low=1)
     save_interval_updates: int = option(0, "also save checkpoint_<epoch>_<updates>.pt every N updates", low=0)
@@ -70,7 +71,8 @@ class CheckpointConfig:
         metavar="FOLDER")
     save_model_folder: Optional[str] = option(
         None, "at the end of the run, write a model folder (weights, config, dictionaries, subword models) from "
-              "checkpoint_best.pt, or checkpoint_last.pt when there is no best", metavar="DIR")
+              "checkpoint_best.pt, or checkpoint_last.pt when there is no best (an earlier model folder there is "
+              "replaced; any other non-empty folder refused)", metavar="DIR", output="folder")
 
     def validate(self) -> None:
         if self.best_checkpoint_metric not in VALIDATION_METRICS + ("bleu",):
@@ -112,7 +114,8 @@ class PrecisionConfig:
 class LoggingConfig:
     log_format: str = option("simple", "progress format on stderr", choices=["tqdm", "simple", "json", "none"])
     log_interval: int = option(100, "log training statistics every N updates", low=1)
-    tensorboard_logdir: Optional[str] = option(None, "also write TensorBoard scalars here (needs tensorboard)")
+    tensorboard_logdir: Optional[str] = option(None, "also write TensorBoard scalars here (needs tensorboard)",
+                                               output="folder")
     peak_tflops: Optional[float] = option(None, "dense matrix peak (TFLOP/s per device) for the logged mfu; default: "
                                           "a table of known GPUs, else a timed 8192^3 product; no mfu on CPU",
                                           low=0, low_open=True)

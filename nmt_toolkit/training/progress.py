@@ -14,7 +14,11 @@ from typing import Optional
 
 from nmt_toolkit.criterions import derived_metrics
 from nmt_toolkit.errors import UsageError
+from nmt_toolkit.outputs import OutputKind, claim_folder
 from nmt_toolkit.training.efficiency import mfu
+
+#: what --tensorboard-logdir holds after a run: a folder of event files per tag (train, train_inner, valid…)
+TENSORBOARD_LOGS = OutputKind("a TensorBoard log folder", markers=("train", "train_inner", "valid*"))
 
 _PRECISION = {"loss": 3, "nll_loss": 3, "ppl": 2, "wps": 0, "ups": 2, "wpb": 1, "bsz": 1, "gnorm": 3, "clip": 3,
               "loss_scale": 4, "wall": 0, "mfu": 3, "gflops": 1}
@@ -167,6 +171,7 @@ class ProgressLogger:
             except ImportError:
                 raise UsageError("--tensorboard-logdir needs the tensorboard package: pip install tensorboard "
                                  "(or pip install nmt_toolkit[tb])") from None
+            claim_folder(self.tb_dir, TENSORBOARD_LOGS, f"--tensorboard-logdir {self.tb_dir}")
 
     def _tb(self, tag: str):
         if not self.tb_dir:
