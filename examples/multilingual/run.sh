@@ -24,7 +24,10 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CI=0; [ "${1:-}" = "--ci" ] && { CI=1; shift; }
-W=${1:-${TMPDIR:-/tmp}/nmt_multilingual}; mkdir -p "$W"; W=$(cd "$W" && pwd)
+W=${1:-${TMPDIR:-/tmp}/nmt_multilingual}
+# a new or empty folder becomes this script's; one it made before is resumed; anything else is refused
+python3 -m nmt_toolkit.cli.workdir "$W" --owner examples/multilingual/run.sh --flag WORKDIR --keep || exit 2
+W=$(cd "$W" && pwd)
 DATA=${MULTI30K:-$REPO/../shared/data/multi30k}
 PAIRS="en-de de-en en-fr fr-en en-cs cs-en"
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }

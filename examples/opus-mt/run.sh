@@ -20,7 +20,8 @@
 #   --test-lines N        translate and score the first N test sentences (default: 200)
 #   --max-update N        fine-tuning updates (default: 300)
 #   --lr LR               fine-tuning learning rate, constant (default: 5e-5)
-#   --workdir DIR         where everything is written (default: runs/opus-mt; wiped first)
+#   --workdir DIR         where everything is written (default: runs/opus-mt): a new or empty folder, or one an
+#                         earlier run made (what that run wrote is removed first; any other folder is refused)
 #   --threads T           torch threads (default: 2)
 #   --tag TAG             a multilingual model's target-language token (e.g. >>fra<<)
 #
@@ -52,7 +53,9 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 export OMP_NUM_THREADS="$THREADS"
-rm -rf "$WORK"; mkdir -p "$WORK"
+# a new or empty folder becomes this script's; what an earlier run of it wrote there is removed; anything else
+# is refused, never wiped
+python3 -m nmt_toolkit.cli.workdir "$WORK" --owner examples/opus-mt/run.sh --entries "model,bin,ck,finetuned,ct,hf,test.*,train.*,valid.*" || exit 2
 TAG_FLAG=(); [[ -n "$TAG" ]] && TAG_FLAG=(--target-lang-tag "$TAG")
 
 hypotheses() {  # nmt-generate's detokenized outputs, one per line in input order

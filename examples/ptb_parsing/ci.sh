@@ -11,7 +11,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 DATA="${NMT_TOOLKIT_TEST_DATA:-$REPO/../shared/data}"
 WORK="${1:-${TMPDIR:-/tmp}/nmt_ptb_ci}"
-rm -rf "$WORK"
+# a new or empty folder becomes this script's; what an earlier run of it wrote there is removed; anything else
+# is refused, never wiped
+python3 -m nmt_toolkit.cli.workdir "$WORK" --owner examples/ptb_parsing/ci.sh --flag WORKDIR \
+  --entries text,data-bin,checkpoints,decode,train.log || exit 2
 T0=$(date +%s)
 t() { echo "== $1: $(( $(date +%s) - T0 ))s" >&2; T0=$(date +%s); }
 

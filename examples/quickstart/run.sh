@@ -15,7 +15,8 @@
 #   --valid-name NAME      prefix of the validation files (default: valid)
 #   --test-name NAME       prefix of the test files (default: test)
 #   --max-train-lines N    use only the first N training pairs (to fit the time on a CPU)
-#   --workdir DIR          where everything is written (default: runs/quickstart)
+#   --workdir DIR          where everything is written (default: runs/quickstart); a new or empty folder, or one
+#                          an earlier run made (a folder holding anything else is refused)
 #   --max-update N         updates to train (default: 1000 for the built-in task, what it needs for BLEU >= 90
 #                          with a wide margin; with --data: none, training runs for --max-minutes)
 #   --max-minutes M        the longest training may take (default: 20). A machine too slow to train the
@@ -23,7 +24,7 @@
 #   --vocab-size V         sentencepiece vocabulary, joint (default: 500; 8000 with --data)
 #   --threads T            torch threads (default: the CPU cores that other programs leave free, by the load
 #                          average; at least 1, at most 4)
-#   --keep                 reuse what an earlier run left in the work dir (otherwise it is wiped)
+#   --keep                 reuse what an earlier run left in the work dir (otherwise what it wrote is removed)
 #
 # Exit status: 0 with the score printed; 2 a usage or pipeline error; 3 the machine was too slow to train the
 # updates within --max-minutes (no score is printed); 4 the built-in task scored far below its expected BLEU
@@ -84,8 +85,12 @@ print(max(1, min(4, cores - int(os.getloadavg()[0]))))')
 fi
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 
-[[ $KEEP == 1 ]] || rm -rf "$WORKDIR"
-mkdir -p "$WORKDIR"
+[[ -z "$DATA" || -d "$DATA" ]] || die "--data $DATA: no such folder"
+# The work folder becomes this script's (a new or empty one), or is one it made before: what an earlier run
+# wrote there is removed (unless --keep); a folder holding anything else is refused, never wiped.
+KEEP_FLAG=(); [[ $KEEP == 1 ]] && KEEP_FLAG=(--keep)
+python3 -m nmt_toolkit.cli.workdir "$WORKDIR" --owner examples/quickstart/run.sh --entries raw,data-bin,checkpoints,output \
+  "${KEEP_FLAG[@]}" || exit 2
 RAW="$WORKDIR/raw"
 BIN="$WORKDIR/data-bin"
 CKPT="$WORKDIR/checkpoints"
@@ -113,7 +118,6 @@ if [[ -z "$DATA" ]]; then
   MAX_UPDATE="${MAX_UPDATE:-1000}"
   MIN_BLEU="${QS_MIN_BLEU:-90}"
 else
-  [[ -d "$DATA" ]] || die "--data $DATA: no such folder"
   for pair in "train:train" "$VALID_NAME:valid" "$TEST_NAME:test"; do
     name="${pair%%:*}"; split="${pair##*:}"
     for side in "$SRC:src" "$TGT:tgt"; do
@@ -217,10 +221,11 @@ mapfile -t EARLIER < <(find "$CKPT" -maxdepth 1 -name 'checkpoint_[0-9]*_[0-9]*.
   | sed -E 's/^checkpoint_[0-9]+_([0-9]+)\.pt$/\1 &/' | sort -n \
   | awk -v last="$UPDATES" '$1 < last { print $2 }' | tail -n 2)
 if [[ ${#EARLIER[@]} -gt 0 ]]; then
-  rm -f "$CKPT/averaged.pt"  # left by an earlier run with --keep: averaging does not overwrite files
   INPUTS=()
   for name in "${EARLIER[@]}"; do INPUTS+=("$CKPT/$name"); done
-  nmt-average-checkpoints --inputs "${INPUTS[@]}" "$CKPT/checkpoint_last.pt" --output "$CKPT/averaged.pt" >&2
+  # --overwrite: an earlier run's average (with --keep) is replaced; it replaces nothing but a checkpoint
+  nmt-average-checkpoints --inputs "${INPUTS[@]}" "$CKPT/checkpoint_last.pt" --output "$CKPT/averaged.pt" \
+    --overwrite >&2
   MODEL="$CKPT/averaged.pt"
 else
   MODEL="$CKPT/checkpoint_last.pt"

@@ -10,8 +10,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 DATA="${NMT_TOOLKIT_TEST_DATA:-$REPO/../shared/data}"
 WORK="${1:-${TMPDIR:-/tmp}/nmt_wmt14_ci}"
-rm -rf "$WORK"
-mkdir -p "$WORK"
+# a new or empty folder becomes this script's; what an earlier run of it wrote there is removed; anything else
+# is refused, never wiped
+python3 -m nmt_toolkit.cli.workdir "$WORK" --owner examples/wmt14/ci.sh --flag WORKDIR \
+  --entries prep,data-bin,checkpoints,train.log,newstest2014 || exit 2
 T0=$(date +%s)
 t() { echo "== $1: $(( $(date +%s) - T0 ))s" >&2; T0=$(date +%s); }
 
