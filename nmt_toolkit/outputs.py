@@ -340,7 +340,7 @@ class FolderOutput:
             yield staging
             self._swap_in(staging)
         except BaseException as exc:
-            shutil.rmtree(staging, ignore_errors=True)  # the staging folder is ours alone
+            discard_staging(staging)
             if isinstance(exc, OSError):
                 raise DataError(f"{self.shown}: writing failed: {os_reason(exc, parent)}") from None
             raise
@@ -380,6 +380,11 @@ def staging_beside(target: str, shown: str) -> str:
         return tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-{os.getpid()}-", dir=parent)
     except OSError as exc:
         raise DataError(f"{shown}: cannot write there ({os_reason(exc)})") from None
+
+
+def discard_staging(path: str) -> None:
+    """Remove a staging or temporary folder this process made for itself (never a folder a user named)."""
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _fresh_name(target: str, what: str) -> str:

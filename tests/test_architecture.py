@@ -142,3 +142,15 @@ def test_no_program_or_benchmark_imports_a_private_name_of_a_program():
                     found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                               if a.name.startswith("_")]
     assert found == []
+
+
+def test_outputs_are_replaced_and_removed_only_by_the_output_service():
+    """Removing a folder, renaming onto an output and changing its mode happen in nmt_toolkit/outputs.py
+    alone, where the rules that keep a user's files safe live: nowhere else in the library or the programs."""
+    import re
+
+    pattern = re.compile(r"\b(rmtree|os\.replace|os\.rename|os\.chmod|os\.removedirs)\b")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in _modules().values()
+             if path != ROOT / "nmt_toolkit" / "outputs.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from nmt_toolkit import outputs
 from nmt_toolkit.config import option
 from nmt_toolkit.data import data_bin, subword
 from nmt_toolkit.data.dictionary import Dictionary
@@ -408,7 +409,7 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         raise DataError(f"--destdir {cfg.destdir}: writing failed: {exc.strerror}{where}; "
                         f"{cfg.destdir} was left as it was") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outputs.discard_staging(tmp)
 
 
 def _build(cfg, splits, scans, tmp, destdir, command) -> dict:

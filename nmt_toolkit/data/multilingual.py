@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 from collections import Counter
 from typing import Optional, Sequence
 
+from nmt_toolkit import outputs
 from nmt_toolkit.data import binarize, data_bin
 from nmt_toolkit.data.binarize import FileScan, PreprocessConfig
 from nmt_toolkit.data.dictionary import Dictionary
@@ -88,7 +88,7 @@ def preprocess_pairs(cfg: PreprocessConfig, command: Optional[Sequence[str]] = N
         raise DataError(f"--destdir {cfg.destdir}: writing failed: {exc.strerror} ({exc.filename}); "
                         f"{cfg.destdir} was left as it was") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outputs.discard_staging(tmp)
 
 
 def _build(cfg, pairs, splits, files, scans, tmp, command) -> dict:

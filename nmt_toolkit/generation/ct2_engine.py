@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from typing import Optional
 
@@ -49,6 +48,7 @@ import torch
 
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.export.ctranslate2 import read_export, require_ctranslate2
+from nmt_toolkit.outputs import discard_staging
 
 logger = logging.getLogger("nmt_toolkit.generation.ct2_engine")
 
@@ -137,7 +137,7 @@ class CTranslate2Generator:
 
     def close(self) -> None:
         if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            discard_staging(self._tmp)
             self._tmp = None
 
     def __del__(self):
