@@ -133,8 +133,27 @@ def _field_range(f: dataclasses.Field) -> Range:
     return f.metadata.get("range") or Range()
 
 
+def shown_value(value: Any, limit: int = 40) -> str:
+    """A value as an error message quotes it: at most ``limit`` characters (a request may send megabytes)."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+
+
+def check_choice(f: dataclasses.Field, value: Any, what: str, error: type = UsageError) -> None:
+    """Refuse a value that is not one of ``f``'s declared choices (each item of a list), naming ``what``: the
+    flag's own check (click.Choice) for values that never passed through click (YAML, dicts, code)."""
+    choices = f.metadata.get("choices")
+    if not choices or value is None:
+        return
+    for v in (value if isinstance(value, (list, tuple)) else [value]):
+        if v not in choices:
+            raise error(f"{what} {shown_value(v)}: must be one of {', '.join(map(str, choices))}")
+
+
 def check_range(f: dataclasses.Field, tp: Any, value: Any, what: str, error: type = UsageError) -> None:
-    """Refuse a number outside ``f``'s declared range (a float's nan/inf always), naming ``what``."""
+    """Refuse a number outside ``f``'s declared range (a float's nan/inf always) or a value outside its
+    declared choices, naming ``what``."""
+    check_choice(f, value, what, error)
     tp, _ = _unwrap_optional(tp)
     item = _sequence_item_type(tp)
     number_type = item if item is not None else tp
@@ -147,8 +166,9 @@ def check_range(f: dataclasses.Field, tp: Any, value: Any, what: str, error: typ
 
 
 def check_ranges(cfg: Any, error: type = UsageError) -> None:
-    """Every numeric field of the dataclass instance ``cfg`` in its declared range, named by its flag: for a
-    config built in code (a ``validate()`` calls it), which the command line's checks never saw."""
+    """Every numeric field of the dataclass instance ``cfg`` in its declared range (and every field with
+    choices among them), named by its flag: for a config built in code (a ``validate()`` calls it), which
+    the command line's checks never saw."""
     hints = _resolved_hints(type(cfg))
     for f in fields(cfg):
         check_range(f, hints[f.name], getattr(cfg, f.name), flag_name(f), error)
