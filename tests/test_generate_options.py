@@ -39,7 +39,7 @@ def _tagged(out: str, tag: str) -> list[str]:
 @pytest.mark.parametrize("limits, words", [
     (["--min-len", "500", "--max-len-b", "3"], ["--max-len-b 3", "500", "--min-len"]),
     (["--max-len-a", "0", "--max-len-b", "-5"], ["--max-len-a 0 --max-len-b -5", "one token"]),
-    (["--max-len-a", "-1"], ["--max-len-a -1: must be a finite number ≥ 0"]),
+    (["--max-len-a", "-1"], ["--max-len-a -1: must be a finite number in [0, 1000]"]),
 ])
 def test_contradictory_length_limits_are_one_line_errors(setup_dir, capsys, limits, words):
     """Before: --min-len 500 --max-len-b 3 printed 500-token outputs; --max-len-a 0 --max-len-b -5 one token."""

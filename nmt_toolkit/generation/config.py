@@ -8,28 +8,43 @@ from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.errors import UsageError
 
 
+#: |--lenpen| at most this: the length penalty of the longest outputs (thousands of tokens) stays within
+#: float32's range, so that no hypothesis' score overflows to an infinity
+LENPEN_BOUND = 5.0
+#: |--max-len-b|, --min-len and the other counts of tokens at most this: far beyond any model's positions (the
+#: search caps the length limit there anyway), a * S + b stays an exact integer, and no count overflows the
+#: C integers of torch and CTranslate2
+LENGTH_BOUND = 1_000_000
+#: --beam and --nbest at most this (each step considers 2 * beam candidates per sentence)
+BEAM_BOUND = 1000
+
+
 @dataclass
 class GenerationConfig:
     """How hypotheses are searched and scored (fairseq's flag names)."""
 
     path: Optional[str] = option(None, "checkpoint(s) to decode with; several separated by ':' form an ensemble",
                                  metavar="FILE[:FILE…]")
-    beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)", low=1)
-    nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)", low=1)
+    beam: int = option(4, "beam size (the paper: 4; 1 = greedy decoding)", low=1, high=BEAM_BOUND)
+    nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)", low=1, high=BEAM_BOUND)
     lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation, "
-                                "< 0 favours shorter outputs (as in fairseq)")
+                                "< 0 favours shorter outputs (as in fairseq)", low=-LENPEN_BOUND, high=LENPEN_BOUND)
     lenpen_style: str = option("gnmt", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha",
                                choices=("gnmt", "fairseq"))
-    max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50)", low=0)
-    max_len_b: int = option(50, "see --max-len-a (parsing uses 300)")
+    max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50); the "
+                                   "model's target positions cap it, as in fairseq", low=0, high=1000)
+    max_len_b: int = option(50, "see --max-len-a (parsing uses 300)", low=-LENGTH_BOUND, high=LENGTH_BOUND)
     max_len_source: str = option("sentence", "the source length in --max-len-a: each sentence's own, or the "
                                              "longest of its batch (fairseq-generate's rule; with --lenpen-style "
                                              "fairseq --early-stop beam it reproduces fairseq's hypotheses)",
                                  choices=("sentence", "batch"))
-    min_len: int = option(1, "minimum output length (EOS excluded)", low=0)
-    unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it)")
-    no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)", low=0)
-    prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix", low=0)
+    min_len: int = option(1, "minimum output length (EOS excluded)", low=0, high=LENGTH_BOUND)
+    unkpen: float = option(0.0, "penalty subtracted from the log-probability of <unk> (>0 discourages it; a "
+                                "bonus beyond 1000 would make <unk> certain)", low=-1000)
+    no_repeat_ngram_size: int = option(0, "forbid repeating any n-gram of this size in a hypothesis (0: off)", low=0,
+                                       high=LENGTH_BOUND)
+    prefix_size: int = option(0, "force the first N tokens of the reference as the output prefix", low=0,
+                              high=LENGTH_BOUND)
     forced_prefix_score: str = option(
         "model", "what a forced output token (a multilingual model's target-language token, --prefix-size) adds to "
                  "its hypothesis' score: model = its log-probability (fairseq's); zero = nothing, as Hugging Face "
@@ -45,10 +60,11 @@ class GenerationConfig:
                                                   "source sentence: multilingual Marian (OPUS-MT) models "
                                                   "[default: the model folder's]", metavar="TAG")
     sampling: bool = option(False, "sample instead of beam search")
-    sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)", low=1, also=(-1,))
+    sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)", low=1,
+                                high=LENGTH_BOUND, also=(-1,))
     sampling_topp: float = option(-1.0, "nucleus sampling: among the smallest token set with mass >= P (-1: off)",
                                   low=0, high=1, low_open=True, also=(-1.0,))
-    temperature: float = option(1.0, "divide the logits by this before the softmax", low=0, low_open=True)
+    temperature: float = option(1.0, "divide the logits by this before the softmax", low=0.001, high=1000)
     score_reference: bool = option(False, "score the references (teacher forced) instead of searching")
     static_search: str = option("auto", "the static-shape beam search, whose step runs as one CUDA graph "
                                         "(generation/static_search.py): auto = on for CUDA when the options allow "
@@ -58,7 +74,7 @@ class GenerationConfig:
                                 choices=("auto", "on", "off"))
     static_check_interval: int = option(4, "static-shape search: ask the device whether every sentence of the "
                                            "batch has finished every N steps (each ask waits for it)", metavar="N",
-                                        low=1)
+                                        low=1, high=LENGTH_BOUND)
     cpu_packed_linear: bool = option(True, "CPU float32 decoding: linear layers through oneDNN with their weights "
                                            "packed once (a ReLU fused into its product) and each step's attention "
                                            "as two batched products (generation/cpu.py; checked against F.linear "

@@ -84,8 +84,9 @@ def output_limits(src_lengths: torch.Tensor, cfg, max_target_positions: int, dev
     basis = src_lengths.double()
     if cfg.max_len_source == "batch":
         basis = basis.max().expand_as(basis)
-    max_len = (cfg.max_len_a * basis + cfg.max_len_b).long()
-    return max_len.clamp(min=max(cfg.min_len, 1), max=max(max_target_positions - 1, 1)).to(device)
+    ceiling = max(max_target_positions - 1, 1)
+    max_len = (cfg.max_len_a * basis + cfg.max_len_b).clamp(max=ceiling).long()  # capped before .long() wraps
+    return max_len.clamp(min=max(cfg.min_len, 1), max=ceiling).to(device)
 
 
 def constrain_lprobs(lprobs: torch.Tensor, step: Step, row_max: torch.Tensor, cfg, pad: int, unk: int,
@@ -131,13 +132,14 @@ def force_prefix(lprobs: torch.Tensor, prefix_rows: torch.Tensor, step: int, pad
 
 
 def ban_repeated_ngrams(lprobs: torch.Tensor, tokens: torch.Tensor, step: int, size: int, pad: int) -> torch.Tensor:
-    """No hypothesis repeats an n-gram of ``size`` tokens: a token that would complete an n-gram already in the
-    row's history (``tokens[:, :step + 1]``) gets -inf."""
-    if size <= 0 or step + 1 < size:
+    """No hypothesis repeats an n-gram of ``size`` tokens: a token that would complete an n-gram already among
+    the row's output tokens (``tokens[:, 1:step + 1]``) gets -inf. The decoder's start symbol (EOS or pad) is no
+    output: counted, ``size=1`` would forbid EOS and no hypothesis could end."""
+    if size <= 0 or step < size:
         return lprobs
-    seq = tokens[:, : step + 1]
+    seq = tokens[:, 1 : step + 1]
     windows = seq.unfold(1, size, 1)  # [rows, W, size]: every complete n-gram so far
-    last = seq[:, step + 2 - size:].unsqueeze(1) if size > 1 else seq[:, :0].unsqueeze(1)
+    last = seq[:, step + 1 - size:].unsqueeze(1)  # the n-gram's first size - 1 tokens (none for size 1)
     match = (windows[:, :, : size - 1] == last).all(dim=2)  # n-grams starting like the current suffix
     banned = torch.where(match, windows[:, :, size - 1], torch.full_like(match, pad, dtype=torch.long))
     return lprobs.scatter(1, banned, NEG_INF)

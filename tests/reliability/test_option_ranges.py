@@ -19,16 +19,9 @@ from nmt_toolkit import config, registry
 from tests.reliability.harness import assert_refused, assert_unchanged, run_in_process, snapshot
 from tests.train_helpers import TINY, make_bin
 
-#: numeric fields that are deliberately unbounded (only nan/inf are refused for floats), and why
-UNBOUNDED = {
-    # a negative penalty favours <unk>, a positive one discourages it: every finite value means something
-    ("GenerationConfig", "unkpen"),
-    # a negative b shortens long outputs when a > 0; GenerationConfig.validate refuses limits that leave a
-    # source no legal output length
-    ("GenerationConfig", "max_len_b"),
-    # fairseq takes any alpha: > 0 favours longer outputs, < 0 shorter ones (the early-stop bound handles both)
-    ("GenerationConfig", "lenpen"),
-}
+#: numeric fields that are deliberately unbounded (only nan/inf are refused for floats), and why: none at
+#: present (--unkpen, --max-len-b and --lenpen have ranges that keep the search's numbers finite)
+UNBOUNDED: set[tuple[str, str]] = set()
 
 SELECTORS = {"--task": registry.TASKS, "--criterion": registry.CRITERIA, "--optimizer": registry.OPTIMIZERS,
              "--lr-scheduler": registry.LR_SCHEDULERS}
