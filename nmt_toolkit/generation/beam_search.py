@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -29,7 +29,7 @@ from nmt_toolkit.device_policy import reorder_in_place, sdpa_backends
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.generation.ensemble import EnsembleModel
-from nmt_toolkit.generation.search_steps import (NEG_INF, ban_repeated_ngrams, collect_hypotheses,
+from nmt_toolkit.generation.search_steps import (NEG_INF, ban_repeated_ngrams, check_stop, collect_hypotheses,
                                                  constrain_lprobs, decoder_start, force_prefix, length_penalty,
                                                  merge_finished, output_limits, sentences_done)
 from nmt_toolkit.generation.static_search import StaticBeamSearch, unsupported
@@ -142,19 +142,22 @@ class SequenceGenerator:
     @_on_device_sdpa
     @torch.inference_mode()
     def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
-                 prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False) -> list[list[dict]]:
+                 prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False,
+                 stop: Optional[Callable[[], bool]] = None) -> list[list[dict]]:
         """Translate a batch; returns per sentence (batch order) the ``nbest`` best hypotheses, best first.
 
         A hypothesis is ``{"tokens": LongTensor (EOS last), "score": float (ln, length-penalised),
         "positional_scores": FloatTensor (ln p per token), "attention": FloatTensor [|Y|, src_len] or None,
-        "alignment": LongTensor [|Y|-1] (argmax source position per token) or None}``.
+        "alignment": LongTensor [|Y|-1] (argmax source position per token) or None}``. ``stop``, asked before
+        each step, ends the search with :class:`~nmt_toolkit.generation.search_steps.SearchStopped` when true.
         """
         static = self._static_for(src_tokens.device, need_attn, prefix_tokens)
         if static is not None:
-            return static.generate(src_tokens, src_lengths)
+            return static.generate(src_tokens, src_lengths, stop=stop)
         k, strategy = self.cfg.beam, self.strategy
         b = self._start(src_tokens, src_lengths, prefix_tokens, need_attn)
         for step in range(b.steps + 1):
+            check_stop(stop)
             cand_scores, cand_beams, cand_tokens = self._candidates(b, step)
             cand_rows = cand_beams + (b.beam_offsets[: b.n] if b.width == k else b.sent_offsets[: b.n])
             eos_mask = (cand_tokens == self.eos) & (cand_scores > NEG_INF)

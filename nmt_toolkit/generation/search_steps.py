@@ -57,6 +57,19 @@ _GROUP_SIZES = (8, 16, 12, 10, 6, 4)
 Step = Union[int, torch.Tensor]  # the dynamic search's step, or the static search's position (a 0-dim tensor)
 
 
+class SearchStopped(Exception):
+    """A search gave up between two steps because its caller's ``stop`` check said so (a server's request timed
+    out or its client went away): its batch has no result."""
+
+
+def check_stop(stop: Optional[Callable[[], bool]]) -> None:
+    """Between two steps of a search: raise :class:`SearchStopped` when the caller's ``stop()`` is true. The
+    check comes from outside the model (a deadline, a cancelled request), so a decode never outlives it by
+    more than one step."""
+    if stop is not None and stop():
+        raise SearchStopped("the search was stopped by its caller")
+
+
 def length_penalty(length, alpha: float, style: str = "gnmt"):
     """lp(|Y|): GNMT's ((5+|Y|)/6)^alpha (the paper's) or fairseq's |Y|^alpha; works on floats and tensors."""
     if style == "gnmt":

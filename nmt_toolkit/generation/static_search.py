@@ -38,12 +38,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
-from nmt_toolkit.generation.search_steps import (NEG_INF, collect_hypotheses, constrain_lprobs, merge_finished,
-                                                 output_limits, plain_row_topk, sentences_done)
+from nmt_toolkit.generation.search_steps import (NEG_INF, check_stop, collect_hypotheses, constrain_lprobs,
+                                                 merge_finished, output_limits, plain_row_topk, sentences_done)
 from nmt_toolkit.generation.strategies import BeamStrategy
 from nmt_toolkit.modules.caches import StaticCursor, StaticDecoderState
 
@@ -149,7 +149,8 @@ class StaticBeamSearch:
         self.plans.clear()
 
     # ------------------------------------------------------------------ one batch
-    def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor) -> list[list[dict]]:
+    def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
+                 stop: Optional[Callable[[], bool]] = None) -> list[list[dict]]:
         g, cfg = self.gen, self.gen.cfg
         bsz, src_len = src_tokens.shape
         dev = src_tokens.device
@@ -168,6 +169,7 @@ class StaticBeamSearch:
         self._reset(plan, max_len, bsz)
         projected = [{"encoder_out": None, "encoder_padding_mask": None} for _ in encoder_outs]
         for step in range(steps + 1):
+            check_stop(stop)  # a host-side call: no device read
             if step and step % self.check_interval == 0 and bool(plan.done.all()):
                 break
             plan.cursor.window = window = min(round_up(step + 1, LENGTH_BUCKET), capacity)
