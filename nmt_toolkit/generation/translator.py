@@ -33,6 +33,8 @@ from nmt_toolkit.model_folder import data_folder_of
 logger = logging.getLogger("nmt_toolkit.translator")
 
 LN2 = math.log(2.0)
+#: the engines Translator.load takes (nmt-generate's --engine)
+ENGINES = ("torch", "ctranslate2")
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Translator:
         from nmt_toolkit.config import from_dict
         from nmt_toolkit.registry import TASKS, import_builtin_components
 
+        path, data, chosen = _load_arguments(path, data, source_lang, target_lang, engine, device, seed)
         import_builtin_components()
         entry = TASKS.get("translation")
         if data is None:
@@ -109,7 +112,6 @@ class Translator:
         task_cfg.validate()
         gen = from_dict(GenerationConfig, {**options, "path": path}, what="Translator")
         gen.validate()
-        chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return cls.from_task(decoding_task(task_cfg, path), gen, Engine(engine, chosen, seed=seed))
 
     @classmethod
@@ -178,7 +180,9 @@ class Translator:
                unit: str = "line") -> list[np.ndarray]:
         """Raw lines → source id arrays: subword-encoded, unknown pieces as ``<unk>``, EOS appended. A line
         longer than :meth:`source_limit` is a :class:`DataError` naming it (``what`` ``unit`` number, counted
-        from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none."""
+        from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none. A line
+        that is no ``str`` is a TypeError, one that is no valid Unicode (a lone surrogate) a DataError."""
+        _check_texts(lines, what, first, unit)
         return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit,
                             self.target_lang_tag(), getattr(self.task, "tag_source", None))
 
@@ -193,13 +197,22 @@ class Translator:
         return self.gen.target_lang_tag or self.task.default_target_lang_tag()
 
     def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
-        """Translate ``sentences`` (raw text, one sentence each); results in input order."""
+        """Translate ``sentences`` (a list of raw texts, one sentence each; a lone ``str`` is a TypeError, not a
+        list of characters); results in input order."""
+        _check_sentence_list(sentences, "translate")
         return list(self.translate_stream(sentences, **options))
 
     def translate_stream(self, sentences: Iterable[str], chunk_size: int = 10_000,
                          **options: Any) -> Iterator[Translation]:
-        """Translate an iterable of any length, ``chunk_size`` sentences at a time, yielding in input order."""
-        translator = self.with_options(**options)
+        """Translate an iterable of any length, ``chunk_size`` sentences at a time, yielding in input order.
+        The arguments are checked here, before the first sentence is read."""
+        _check_sentence_list(sentences, "translate_stream")
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+            raise TypeError(f"Translator.translate_stream: chunk_size must be an integer >= 1, got {chunk_size!r}")
+        return self._stream(sentences, chunk_size, self.with_options(**options))
+
+    @staticmethod
+    def _stream(sentences: Iterable[str], chunk_size: int, translator: "Translator") -> Iterator[Translation]:
         chunk: list[str] = []
         done = 0
         for sentence in sentences:
@@ -248,8 +261,16 @@ class Translator:
             src[row, : len(x)] = torch.from_numpy(x.astype("int64"))
         return {"id": torch.arange(len(ids)), "net_input": {"src_tokens": src, "src_lengths": lengths}}
 
-    def translate_batch(self, sample: dict, need_attn: bool = False) -> list[list[dict]]:
-        """One collated batch through the search (or teacher-forced scoring with ``score_reference``)."""
+    def translate_batch(self, sample: dict, need_attn: bool = False,
+                        stop: Optional[Callable[[], bool]] = None) -> list[list[dict]]:
+        """One collated batch through the search (or teacher-forced scoring with ``score_reference``). ``stop``
+        is asked between the torch engine's search steps: true, the search ends with ``SearchStopped`` (a
+        server's request that timed out); CTranslate2 searches a batch in one call, asked before it."""
+        search = {} if stop is None or self.models is None else {"stop": stop}
+        if stop is not None and self.models is None:
+            from nmt_toolkit.generation.search_steps import check_stop
+
+            check_stop(stop)
         device = self.engine.device
         src = sample["net_input"]["src_tokens"].to(device)
         lengths = sample["net_input"]["src_lengths"].to(device)
@@ -269,10 +290,10 @@ class Translator:
             prefix = target[:, : self.gen.prefix_size].to(device)
             prefix = prefix.masked_fill(prefix == self.generator.eos, self.generator.pad)
         if tag is None:
-            return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+            return self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn, **search)
         # the decoder reads </s> and then the target language's token, as in training: a forced first token
         prefix = _with_first_column(src[:, :0] if prefix is None else prefix, tag)
-        found = self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn)
+        found = self.generator.generate(src, lengths, prefix_tokens=prefix, need_attn=need_attn, **search)
         return _without_first_token(found, also=tag)
 
     def source_text(self, ids) -> str:
@@ -288,6 +309,55 @@ class Translator:
         return Hypothesis(text=self.detokenize(pieces), pieces=pieces, score=float(hyp["score"]) / LN2,
                           positional_scores=tuple(float(p) / LN2 for p in hyp["positional_scores"].tolist()),
                           alignment=None if alignment is None else tuple(alignment.tolist()))
+
+
+# ---------------------------------------------------------------------- the arguments of the public methods
+
+
+def _check_sentence_list(sentences: Any, method: str) -> None:
+    """A list of sentences, not one: iterating a ``str`` would translate it character by character."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(f"Translator.{method}: sentences must be a list of str (one sentence each), not a "
+                        f"{type(sentences).__name__}; for one sentence: {method}([text])")
+    if not isinstance(sentences, Iterable):
+        raise TypeError(f"Translator.{method}: sentences must be a list of str, not {type(sentences).__name__}")
+
+
+def _check_texts(lines: Sequence[Any], what: str, first: int, unit: str) -> None:
+    """Each line a ``str`` that is valid Unicode (a lone surrogate such as ``"\\ud800"`` encodes to nothing)."""
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(f"{what} {unit} {first + i}: expected a str, got {type(line).__name__}")
+        if not line.isascii():
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise DataError(f"{what} {unit} {first + i}: not valid Unicode text (a lone surrogate "
+                                f"{line[exc.start]!r} at character {exc.start})") from None
+
+
+def _load_arguments(path: Any, data: Any, source_lang: Any, target_lang: Any, engine: Any, device: Any,
+                    seed: Any) -> tuple[str, Optional[str], torch.device]:
+    """:meth:`Translator.load`'s arguments checked where the caller gave them (a path as ``str``; the device
+    chosen): ``path``, ``data`` and the device."""
+    from nmt_toolkit.config import CommonConfig, from_dict
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"Translator.load: path must be a str or os.PathLike (a checkpoint, several joined by ':', "
+                        f"a model folder), not {type(path).__name__}")
+    kinds = {"data": (str, os.PathLike), "source_lang": str, "target_lang": str, "device": (str, torch.device)}
+    for name, value in (("data", data), ("source_lang", source_lang), ("target_lang", target_lang),
+                        ("device", device)):
+        if value is not None and not isinstance(value, kinds[name]):
+            raise TypeError(f"Translator.load: {name} must be a str or None, not {type(value).__name__}")
+    if engine not in ENGINES:
+        raise UsageError(f"Translator: engine {engine!r}: must be one of {', '.join(ENGINES)}")
+    from_dict(CommonConfig, {"seed": seed}, what="Translator")  # --seed's type and range
+    try:
+        chosen = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    except RuntimeError:
+        raise UsageError(f"Translator: device {device!r}: not a torch device (cpu, cuda, cuda:1 …)") from None
+    return os.fspath(path), None if data is None else os.fspath(data), chosen
 
 
 # ---------------------------------------------------------------------- pieces shared with the programs
