@@ -4,6 +4,8 @@ result can be checked against the request it belongs to."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -21,7 +23,7 @@ class Recorder:
     def __init__(self):
         self.batches: list[tuple] = []
 
-    def __call__(self, key, ids):
+    def __call__(self, key, ids, stop):
         self.batches.append((key, [len(x) for x in ids]))
         return [int(x[0]) for x in ids]
 
@@ -107,7 +109,7 @@ def test_a_cancelled_request_is_not_decoded():
 def test_a_failing_decode_fails_its_requests_and_the_batcher_goes_on():
     calls = []
 
-    def decode(key, ids):
+    def decode(key, ids, stop):
         calls.append(key)
         if key == "bad":
             raise RuntimeError("out of memory")
@@ -122,3 +124,85 @@ def test_a_failing_decode_fails_its_requests_and_the_batcher_goes_on():
 
     assert _run(batcher, body) == [0]
     assert calls == ["bad", "good"]
+
+
+def test_a_decode_stops_once_nobody_wants_its_batch_and_the_worker_takes_the_next():
+    """The decode asks ``stop()`` between its steps, as the search does: once the batch's only request is
+    cancelled (timed out, client gone) it gives up, and the next request is decoded without waiting for it."""
+    steps = []
+
+    def decode(key, ids, stop=lambda: False):
+        if key == "next":
+            return [7] * len(ids)
+        for _ in range(2000):  # 20 s if nobody stops it
+            if stop():
+                raise RuntimeError("stopped")
+            steps.append(key)
+            time.sleep(0.01)
+        return [0] * len(ids)
+
+    observer = Observer()
+    batcher = DynamicBatcher(decode, max_batch_tokens=1000, max_wait=0.0, observer=observer)
+
+    async def body():
+        slow = batcher.submit("slow", [_sentence(0, 0, 4)])
+        for _ in range(1000):
+            if "slow" in steps:
+                break
+            await asyncio.sleep(0.01)
+        slow.cancel()
+        assert await batcher.submit("next", [_sentence(1, 0, 4)]) == [7]
+
+    _run(batcher, body)
+    assert steps.count("slow") < 500, "the cancelled batch decoded on"
+    assert observer.calls == [("stopped", 1), ("decoded", 1)]
+
+
+def test_stop_returns_although_a_decode_does_not_listen():
+    """A CTranslate2 call cannot be interrupted: stop() waits for it a bounded time and leaves its (daemon)
+    thread behind instead of holding the process past the drain limit."""
+    from nmt_toolkit.serving import batcher as module
+
+    started = threading.Event()
+
+    def decode(key, ids, stop=None):
+        started.set()
+        time.sleep(10)
+        return [0] * len(ids)
+
+    batcher = DynamicBatcher(decode, max_batch_tokens=1000, max_wait=0.0)
+
+    async def main():
+        await batcher.start()
+        batcher.submit("k", [_sentence(0, 0, 4)])
+        for _ in range(1000):
+            if started.is_set():
+                break
+            await asyncio.sleep(0.01)
+        begun = time.monotonic()
+        await batcher.stop()
+        return time.monotonic() - begun
+
+    assert asyncio.run(main()) < getattr(module, "STOP_WAIT", 1.0) + 2
+    busy = [t for t in threading.enumerate() if t.name.startswith("decode")]
+    assert busy and all(t.daemon for t in busy)
+
+
+class Observer:
+    def __init__(self):
+        self.calls = []
+
+    def dropped(self, sentences):
+        self.calls.append(("dropped", sentences))
+
+    def decoding(self, sentences):
+        pass
+
+    def failed(self, sentences):
+        self.calls.append(("failed", sentences))
+
+    def stopped(self, sentences):
+        self.calls.append(("stopped", sentences))
+
+    def decoded(self, *args):
+        self.calls.append(("decoded", args[0]))

@@ -7,7 +7,9 @@ next request within that moment). The sentences taken are
 grouped by what decodes them (language pair and search options), sorted by length and cut into batches whose
 padded size fits the budget; each batch decodes on the worker's own thread, off the event loop, so the
 server keeps answering (``/health``) while it works. A request whose caller went away (disconnected, timed
-out) is dropped before its sentences decode: it costs nothing but its place in the queue.
+out) is dropped before its sentences decode: it costs nothing but its place in the queue. A batch already
+decoding is asked between search steps whether anyone still wants it (``stop``): once every request of the
+batch is gone, or the batcher stops, the search ends at its next step and frees the worker.
 """
 from __future__ import annotations
 
@@ -15,12 +17,18 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Optional, Sequence
 
-#: decode(key, sentences as id arrays) -> one result per sentence, in order; runs on a worker thread
-Decode = Callable[[Hashable, Sequence[Any]], list]
+from nmt_toolkit.serving.workers import DecodeThreads
+
+#: decode(key, sentences as id arrays, stop) -> one result per sentence, in order; runs on a worker thread and
+#: may give up (raise) when ``stop()`` becomes true
+Decode = Callable[[Hashable, Sequence[Any], Callable[[], bool]], list]
+
+#: seconds :meth:`DynamicBatcher.stop` waits for a decode thread (one search step, or a CTranslate2 call that
+#: cannot be interrupted and is then abandoned with the process)
+STOP_WAIT = 1.0
 
 
 @dataclass
@@ -52,6 +60,9 @@ class BatchObserver:
 
     def failed(self, sentences: int) -> None: ...
 
+    def stopped(self, sentences: int) -> None:
+        """A batch whose search gave up: every request of it was gone (or the batcher stopped)."""
+
     def decoded(self, sentences: int, source_tokens: int, padded_tokens: int, results: list, seconds: float) -> None:
         ...
 
@@ -68,8 +79,9 @@ class DynamicBatcher:
         self._waiting: deque[Job] = deque()
         self._arrival: Optional[asyncio.Event] = None
         self._tasks: list[asyncio.Task] = []
-        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool: Optional[DecodeThreads] = None
         self._last_done = 0.0  # when the last batch finished decoding (time.monotonic)
+        self._closing = False  # read by the decode threads' stop checks
 
     @property
     def waiting_sentences(self) -> int:
@@ -77,16 +89,20 @@ class DynamicBatcher:
 
     async def start(self) -> None:
         self._arrival = asyncio.Event()
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="decode", initializer=self.thread_setup)
+        self._closing = False
+        self._pool = DecodeThreads(self.workers, self.thread_setup)
         self._tasks = [asyncio.create_task(self._work(), name=f"batcher-{i}") for i in range(self.workers)]
 
     async def stop(self) -> None:
-        """Cancel the batcher tasks (the server has answered every request by now) and free the threads."""
+        """Cancel the batcher tasks (the server has answered every request by now), stop a search still
+        running at its next step and free the threads, waiting for them at most :data:`STOP_WAIT` seconds."""
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            pool, self._pool = self._pool, None
+            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True, timeout=STOP_WAIT)
 
     def submit(self, key: Hashable, ids: Sequence[Any]) -> asyncio.Future:
         """Queue one request's sentences; the future resolves to their results in order (cancel it to drop
@@ -114,9 +130,13 @@ class DynamicBatcher:
                 ids = [job.ids[i] for job, i in live]
                 started = time.monotonic()
                 self.observer.decoding(len(ids))
+                stop = self._stop_check([job for job, _ in live])
                 try:
-                    results = await loop.run_in_executor(self._pool, self.decode, key, ids)
+                    results = await loop.run_in_executor(self._pool, self.decode, key, ids, stop)
                 except Exception as exc:  # a decode that fails fails its requests, not the server
+                    if stop():  # it gave up because nobody wants it any more
+                        self.observer.stopped(len(ids))
+                        continue
                     self.observer.failed(len(ids))
                     for job, _ in live:
                         if job.wanted:
@@ -130,6 +150,11 @@ class DynamicBatcher:
                     job.left -= 1
                     if job.left == 0 and job.wanted:
                         job.future.set_result(job.results)
+
+    def _stop_check(self, jobs: list[Job]) -> Callable[[], bool]:
+        """What a decode thread asks between search steps: is nobody waiting for this batch any more?"""
+        unique = list({id(job): job for job in jobs}.values())
+        return lambda: self._closing or not any(job.wanted for job in unique)
 
     async def _take(self) -> list[Job]:
         """The next requests to decode: the oldest wanted one, and with batching those that join it in time."""

@@ -32,8 +32,9 @@ class ServerMetrics(BatchObserver):
         self.decode_seconds = Counter("nmt_serve_decode_seconds", "time spent decoding batches", registry=r)
         self.tokens_per_second = Gauge("nmt_serve_last_batch_target_tokens_per_second",
                                        "target tokens per second of the last decoded batch", registry=r)
-        self.dropped_sentences = Counter("nmt_serve_dropped_sentences", "sentences not decoded because their request was "
-                               "gone (client disconnected or timed out)", registry=r)
+        self.dropped_sentences = Counter("nmt_serve_dropped_sentences", "sentences not decoded (or whose search "
+                                         "was stopped) because their request was gone (client disconnected or "
+                                         "timed out)", registry=r)
         self.queue = Gauge("nmt_serve_queue_sentences", "sentences waiting for a batch", registry=r)
         self.in_batch = Gauge("nmt_serve_decoding_sentences", "sentences in the batches decoding now", registry=r)
         self.in_flight = Gauge("nmt_serve_requests_in_flight", "requests being answered", registry=r)
@@ -46,6 +47,10 @@ class ServerMetrics(BatchObserver):
 
     def failed(self, sentences: int) -> None:
         self.in_batch.dec(sentences)
+
+    def stopped(self, sentences: int) -> None:
+        self.in_batch.dec(sentences)
+        self.dropped_sentences.inc(sentences)
 
     def decoded(self, sentences: int, source_tokens: int, padded_tokens: int, results: list, seconds: float) -> None:
         produced = sum(len(hyps[0].positional_scores) for hyps in results if hyps)

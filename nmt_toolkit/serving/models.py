@@ -7,7 +7,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 from nmt_toolkit.errors import NmtError
 
@@ -78,13 +78,14 @@ class ServedModel(_OnOneTranslator):
         self._variant(key)
         return key
 
-    def decode(self, options: tuple, ids: Sequence) -> list[tuple]:
-        """One batch of encoded sentences → their hypotheses (best first), in order."""
+    def decode(self, options: tuple, ids: Sequence, stop: Optional[Callable[[], bool]] = None) -> list[tuple]:
+        """One batch of encoded sentences → their hypotheses (best first), in order; ``stop`` (asked between
+        search steps) ends the search early with ``SearchStopped``."""
         import torch
 
         translator = self._variant(options)
         with torch.inference_mode():
-            found = translator.translate_batch(translator.collate(ids))
+            found = translator.translate_batch(translator.collate(ids), stop=stop)
         return [tuple(translator.hypothesis(h) for h in hyps) for hyps in found]
 
     def _variant(self, options: tuple):
@@ -170,9 +171,9 @@ class ModelPool:
             found.setdefault(target, [])
         return found
 
-    def decode(self, key: Hashable, ids: Sequence) -> list[tuple]:
+    def decode(self, key: Hashable, ids: Sequence, stop: Optional[Callable[[], bool]] = None) -> list[tuple]:
         source, target, options = key
-        return self.get(source, target).decode(options, ids)
+        return self.get(source, target).decode(options, ids, stop)
 
 
 def _field_names(message: str) -> str:
