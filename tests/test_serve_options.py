@@ -53,3 +53,33 @@ def test_a_taken_port_is_one_line_before_loading(capsys, tmp_path):
 def test_max_nbest_over_max_beam_is_refused(capsys, tmp_path):
     status, lines = _run(capsys, tmp_path, "--path", tmp_path / "ck.pt", "--max-beam", 2, "--max-nbest", 3)
     assert status == 2 and len(lines) == 1 and "--max-nbest 3" in lines[0]
+
+
+@pytest.mark.parametrize("host, keys, warned", [("0.0.0.0", None, True), ("::", None, True),
+                                                ("0.0.0.0", frozenset({"k"}), False), ("127.0.0.1", None, False),
+                                                ("::1", None, False)])
+def test_listening_beyond_loopback_without_keys_warns(monkeypatch, caplog, host, keys, warned):
+    """Checked on serve() itself with uvicorn's run replaced: the test never listens beyond loopback."""
+    import uvicorn
+
+    from nmt_toolkit.serving.batcher import DynamicBatcher
+    from nmt_toolkit.serving.metrics import ServerMetrics
+    from nmt_toolkit.serving.models import ModelPool
+    from nmt_toolkit.serving.server import serve
+    from nmt_toolkit.serving.translate import Service
+
+    class Model:
+        name, engine = "en-de", "torch"
+
+    class Bound:
+        def getsockname(self):
+            return (host, 8000)
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    service = Service(ModelPool([Model()]), DynamicBatcher(lambda *a: []), ServeConfig(), keys)
+    with caplog.at_level("WARNING", logger="nmt_toolkit.serve"):
+        serve(service, ServerMetrics(), Bound())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert bool(warnings) == warned, warnings
+    if warned:
+        assert len(warnings) == 1 and "without --api-keys" in warnings[0] and host in warnings[0]

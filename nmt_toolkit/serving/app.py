@@ -4,13 +4,17 @@
 Errors have LibreTranslate's shape, ``{"error": "one line"}``, on every path (404 and 405 included)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import math
 import time
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from nmt_toolkit.config import shown_value
 from nmt_toolkit.serving.languages import language_name
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
@@ -20,6 +24,8 @@ from nmt_toolkit.serving.text import join_text, sentences_of, split_text
 from nmt_toolkit.serving.translate import Service
 
 ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json", "/docs")
+
+logger = logging.getLogger("nmt_toolkit.serve")
 
 
 def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
@@ -31,7 +37,9 @@ def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
         finally:
             await service.batcher.stop()
 
-    app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, redoc_url=None,
+    # redirect_slashes off: Starlette would answer "/translate/" with a redirect to a URL built from the
+    # request's Host header, where a client re-sends its body and key
+    app = FastAPI(title="nmt-serve", version="1", lifespan=lifespan, redoc_url=None, redirect_slashes=False,
                   description="Neural machine translation: LibreTranslate's API and a native one.")
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_exception_handler(RequestError, _request_error)
@@ -53,16 +61,17 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         if not req.q:
             raise RequestError(400, "Invalid request: missing q parameter")
         if req.format not in ("text", "html"):
-            raise RequestError(400, f"{req.format} format is not supported")
+            raise RequestError(400, f"{shown_value(req.format)} format is not supported")
         if req.format == "html":
             raise RequestError(400, "html format is not supported by this server (only text)")
         model = service.model_for(req.source, req.target)
         texts = req.q if isinstance(req.q, list) else [req.q]
         nbest = req.alternatives + 1
         service.check_search({"nbest": nbest})
-        split = [split_text(text, model.source) for text in texts]
+        service.check_chars(texts)  # before splitting: the split's cost grows with the text
+        split = await asyncio.to_thread(lambda: [split_text(text, model.source) for text in texts])
         sentences = [s for lines in split for s in sentences_of(lines)]
-        service.check_size(texts, len(sentences))
+        service.check_sentences(len(sentences))
         options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
         results = iter(await service.translate(request, model, sentences, options))
         out, alternatives = [], []
@@ -105,13 +114,17 @@ def _native_routes(app: FastAPI, service: Service) -> None:
         model = service.model_for(req.source, req.target)
         options = req.model_dump(exclude_none=True, exclude={"sentences", "source", "target", "api_key"})
         service.check_search(options)
-        service.check_size(req.sentences, len(req.sentences))
+        service.check_chars(req.sentences)
+        service.check_sentences(len(req.sentences))
         results = await service.translate(request, model, req.sentences, options)
+        # a hypothesis with an infinite score is no translation (nothing finished: every path was forbidden);
+        # JSON has no infinity, and the sentence is answered as an empty one is
+        found = [[h for h in hyps if math.isfinite(h.score)] for hyps in results]
         return {"source": model.source, "target": model.target,
                 "translations": [{"text": hyps[0].text if hyps else "",
                                   "hypotheses": [{"text": h.text, "score": h.score, "pieces": h.pieces,
                                                   "positional_scores": list(h.positional_scores)} for h in hyps]}
-                                 for hyps in results]}
+                                 for hyps in found]}
 
 
 def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> None:
@@ -158,7 +171,11 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 class MetricsMiddleware:
     """Counts every answer by endpoint and status and times it (pure ASGI, so a client's disconnect reaches
-    the endpoint untouched). Unknown paths count as ``other``, which keeps the label set bounded."""
+    the endpoint untouched). Unknown paths count as ``other``, which keeps the label set bounded.
+
+    It is also the last stop of an exception no handler took (a bug): the client gets a 500 in the API's
+    shape, ``{"error": …}``, the log one line (the traceback with ``--debug``), and the connection stays
+    open; uvicorn would answer text, log the traceback and close every keep-alive connection."""
 
     def __init__(self, app, metrics: ServerMetrics):
         self.app, self.metrics = app, metrics
@@ -166,7 +183,7 @@ class MetricsMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started, status = time.monotonic(), [500]
+        started, status = time.monotonic(), [None]
 
         async def send_status(message):
             if message["type"] == "http.response.start":
@@ -177,6 +194,15 @@ class MetricsMiddleware:
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_status)
+        except Exception as exc:
+            logger.error("%s %s: internal error: %s: %s", scope.get("method"), endpoint, type(exc).__name__,
+                         shown_value(exc, 300))
+            logger.debug("the internal error's traceback", exc_info=True)
+            if status[0] is None:  # nothing sent yet: the answer can still be a JSON error
+                status[0] = 500
+                await JSONResponse({"error": "Internal server error"}, status_code=500)(scope, receive, send)
+            else:
+                raise
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.answered(endpoint, status[0], time.monotonic() - started)
+            self.metrics.answered(endpoint, status[0] or 500, time.monotonic() - started)

@@ -27,6 +27,11 @@ class ServeConfig:
                                     "torch engine on the CPU; 1 elsewhere)", low=1, high=64)
     request_timeout: float = option(60.0, "seconds a request may wait for its translation; then 503", low=0,
                                     low_open=True, high=86_400)
+    client_timeout: float = option(30.0, "seconds a client may take to send a whole request (its headers and body, "
+                                         "from when the server waits for it); a slower one's connection is closed",
+                                   low=0, low_open=True, high=3600)
+    max_connections: int = option(500, "most client connections open at once; one more is closed at once (keep "
+                                       "it below the process' open-file limit, ulimit -n)", low=1, high=1_000_000)
     max_request_bytes: int = option(1_000_000, "largest request body (413 above)", low=1, high=1_000_000_000)
     max_chars: int = option(20_000, "most characters of text in one request (400 above)", low=1, high=100_000_000)
     max_sentences: int = option(500, "most sentences in one request, after splitting texts into lines and "

@@ -9,11 +9,27 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Sequence
 
+from nmt_toolkit.config import shown_value
 from nmt_toolkit.errors import NmtError
 
-#: the search options a request may set (GenerationConfig fields, named as nmt-generate's flags)
+#: the search options a request may set (GenerationConfig fields, named as nmt-generate's flags): each is
+#: checked by the code that checks the flag (its range or choices), through Translator.with_options
 REQUEST_OPTIONS = ("beam", "nbest", "lenpen", "lenpen_style", "max_len_a", "max_len_b", "min_len", "unkpen",
                    "no_repeat_ngram_size", "early_stop", "sampling", "sampling_topk", "sampling_topp", "temperature")
+
+#: the GenerationConfig fields a request may not set, and why (every field is one or the other: a new option
+#: must be placed, and a request option then joins the request body and its tests by itself)
+SERVER_ONLY = {
+    "path": "the models are loaded once, at start",
+    "max_len_source": "'batch' would make a request's length limit depend on the requests it is batched with",
+    "prefix_size": "it forces reference tokens, and a request has no references",
+    "score_reference": "it scores references, and a request has none",
+    "forced_prefix_score": "how a forced language token counts is the served model's setting",
+    "target_lang_tag": "the served direction sets the language tag",
+    "static_search": "how the server's device runs the search is the server's setting",
+    "static_check_interval": "how the server's device runs the search is the server's setting",
+    "cpu_packed_linear": "the model is prepared for the CPU once, at start",
+}
 
 #: translators with other options than the server's, kept for reuse (each shares the loaded model)
 OPTION_CACHE_SIZE = 32
@@ -153,9 +169,9 @@ class ModelPool:
                 return model.direction(source, target)
         pairs = self.pairs()
         if not any(s == source for s, _ in pairs):
-            raise RequestError(400, f"{source} is not supported")
+            raise RequestError(400, f"{shown_value(source)} is not supported")
         if not any(t == target for _, t in pairs):
-            raise RequestError(400, f"{target} is not supported")
+            raise RequestError(400, f"{shown_value(target)} is not supported")
         raise RequestError(400, f"{target} is not available as a target language from {source}")
 
     def pairs(self) -> list[tuple[str, str]]:

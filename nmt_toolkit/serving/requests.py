@@ -3,14 +3,20 @@ typed fields of each endpoint (pydantic models, which the OpenAPI document shows
 :class:`~nmt_toolkit.serving.models.RequestError` with one line naming the field or the limit."""
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
+import typing
 from typing import Any, Optional, Union
 from urllib.parse import parse_qs
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from starlette.requests import ClientDisconnect
 
-from nmt_toolkit.serving.models import RequestError
+from nmt_toolkit.config import shown_value
+from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.serving.models import REQUEST_OPTIONS, RequestError
+from nmt_toolkit.serving.translate import CLIENT_GONE
 
 
 class LibreTranslateRequest(BaseModel):
@@ -26,29 +32,35 @@ class LibreTranslateRequest(BaseModel):
     api_key: Optional[str] = None
 
 
-class NativeTranslateRequest(BaseModel):
-    """``POST /v1/translate``: sentences, with nmt-generate's search options (its flags with underscores)."""
+def _search_option_fields() -> dict[str, Any]:
+    """The request fields of the search options: GenerationConfig's fields of
+    :data:`~nmt_toolkit.serving.models.REQUEST_OPTIONS`, with their types and their flags' help, range and
+    choices (which the Translator enforces as it enforces the flags')."""
+    hints = typing.get_type_hints(GenerationConfig)
+    found: dict[str, Any] = {}
+    for f in dataclasses.fields(GenerationConfig):
+        if f.name not in REQUEST_OPTIONS:
+            continue
+        values = f.metadata.get("choices")
+        bounds = f.metadata.get("range")
+        allowed = (f"one of {', '.join(values)}" if values else
+                   f"range {bounds.interval()}" if bounds is not None and (bounds.bounded or bounds.also) else "")
+        text = f.metadata.get("help", "") + (f" [{allowed}]" if allowed else "")
+        found[f.name] = (Optional[hints[f.name]], Field(None, description=text))
+    return found
 
-    model_config = ConfigDict(extra="forbid", strict=True)
 
-    sentences: list[str] = Field(description="one sentence each (not split further)")
-    source: Optional[str] = Field(None, description="source language (optional when the server has one pair)")
-    target: Optional[str] = Field(None, description="target language (optional when the server has one pair)")
-    beam: Optional[int] = None
-    nbest: Optional[int] = None
-    lenpen: Optional[float] = None
-    lenpen_style: Optional[str] = None
-    max_len_a: Optional[float] = None
-    max_len_b: Optional[int] = None
-    min_len: Optional[int] = None
-    unkpen: Optional[float] = None
-    no_repeat_ngram_size: Optional[int] = None
-    early_stop: Optional[str] = None
-    sampling: Optional[bool] = None
-    sampling_topk: Optional[int] = None
-    sampling_topp: Optional[float] = None
-    temperature: Optional[float] = None
-    api_key: Optional[str] = None
+#: ``POST /v1/translate``: sentences, with nmt-generate's search options (its flags with underscores)
+NativeTranslateRequest = create_model(
+    "NativeTranslateRequest",
+    __config__=ConfigDict(extra="forbid", strict=True),
+    __doc__="``POST /v1/translate``: sentences, with nmt-generate's search options (its flags with underscores).",
+    sentences=(list[str], Field(description="one sentence each (not split further)")),
+    source=(Optional[str], Field(None, description="source language (optional when the server has one pair)")),
+    target=(Optional[str], Field(None, description="target language (optional when the server has one pair)")),
+    **_search_option_fields(),
+    api_key=(Optional[str], None),
+)
 
 
 async def read_body(request, limit: int) -> bytes:
@@ -58,22 +70,32 @@ async def read_body(request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_big
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_big
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_big
+    except ClientDisconnect:  # it went away, or was cut off for sending too slowly (--client-timeout)
+        raise RequestError(CLIENT_GONE, "client disconnected") from None
     return bytes(body)
 
 
 def fields_of(body: bytes, content_type: str, query: dict[str, str]) -> dict[str, Any]:
-    """The fields of a JSON object body, or of a form body and the query string (LibreTranslate takes both)."""
+    """The fields of a JSON object body, or of a form body and the query string (LibreTranslate takes both),
+    each text valid Unicode. An API key in the query string is refused: URLs end up in proxies' logs."""
+    if "api_key" in query:
+        raise RequestError(400, "Invalid request: api_key in the URL is refused (proxies log URLs); send it in "
+                                "the body or as an Authorization: Bearer header")
     if content_type.split(";")[0].strip().lower() == "application/json":
         try:
             data = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, ValueError):
             raise RequestError(400, "Invalid JSON format") from None
+        except RecursionError:
+            raise RequestError(400, "Invalid JSON format: nested too deep") from None
         if not isinstance(data, dict):
             raise RequestError(400, "Invalid JSON format: the body must be an object")
+        _check_unicode(data)
         return data
     try:
         form = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
@@ -86,6 +108,35 @@ def fields_of(body: bytes, content_type: str, query: dict[str, str]) -> dict[str
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+def _check_unicode(data: dict[str, Any]) -> None:
+    """Every text of a JSON body valid Unicode: an escape such as ``"\\ud800"`` decodes to a lone surrogate,
+    which nothing downstream can encode (the subword model, the log, the reply). A 400 names the field."""
+    for name, value in data.items():
+        if not _encodable(name):
+            raise RequestError(400, "Invalid request: a field name is not valid Unicode text (a lone surrogate)")
+        stack = [value]
+        while stack:  # iterative: a body nested as deep as the JSON parser allows must not overflow this one
+            item = stack.pop()
+            if isinstance(item, str) and not _encodable(item):
+                raise RequestError(400, f"Invalid request: {shown_value(name)}: not valid Unicode text (a lone "
+                                        f"surrogate)")
+            if isinstance(item, list):
+                stack.extend(item)
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse(model: type[BaseModel], fields: dict[str, Any]) -> Any:
@@ -104,13 +155,13 @@ def parse(model: type[BaseModel], fields: dict[str, Any]) -> Any:
 
 
 def check_api_key(keys: Optional[frozenset[str]], fields: dict[str, Any], headers) -> None:
-    """With keys configured, the request's key (``api_key`` field or ``Authorization: Bearer``) must be one."""
+    """With keys configured, the request's key must be one. The key is the ``Authorization: Bearer`` header's
+    when the request has one (HTTP's place for credentials: a body field never overrides it), else the
+    ``api_key`` field's (JSON or form, as LibreTranslate clients send it)."""
     if not keys:
         return
-    given = fields.get("api_key")
-    auth = headers.get("authorization", "")
-    if not given and auth.lower().startswith("bearer "):
-        given = auth[7:].strip()
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    given = credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else fields.get("api_key")
     if not given:
         raise RequestError(401, "Please contact the server operator to get an API key")
     if not isinstance(given, str) or not any(hmac.compare_digest(given.encode(), key.encode()) for key in keys):

@@ -3,6 +3,7 @@ serve with uvicorn until SIGTERM or Ctrl-C. On SIGTERM uvicorn stops accepting c
 requests in flight (their sentences still decode); then the batcher stops and :func:`serve` returns."""
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import socket
@@ -17,8 +18,9 @@ from nmt_toolkit.serving.translate import Service
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
-#: seconds a drain may take beyond the longest a request may wait
-DRAIN_MARGIN = 5.0
+#: seconds a drain may take beyond the longest a request may wait: the connections still open then are
+#: closed, and the batcher stops (waiting at most batcher.STOP_WAIT for a decode thread)
+DRAIN_MARGIN = 4.0
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -57,11 +59,19 @@ def serve(service: Service, metrics: ServerMetrics, sock: socket.socket) -> None
 
     from nmt_toolkit.serving.app import create_app
 
+    from nmt_toolkit.serving.connections import guarded_protocol
+
     app = create_app(service, metrics)
+    cfg = service.cfg
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=service.cfg.request_timeout + DRAIN_MARGIN)
+                            http=guarded_protocol(cfg.client_timeout, cfg.max_connections),
+                            timeout_graceful_shutdown=cfg.request_timeout + DRAIN_MARGIN)
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
+    if service.keys is None and not _loopback(host):
+        logger.warning("listening on %s, beyond this machine, without --api-keys: anyone who reaches the port can "
+                       "translate and keep the decoder busy; give --api-keys FILE and put TLS in front "
+                       "(docs/serving.md)", host)
     shown = f"[{host}]" if ":" in host else host
     logger.info("serving %s on http://%s:%d (engine %s, batching %s)",
                 ", ".join(m.name for m in service.pool.models), shown, port, service.pool.models[0].engine,
@@ -78,3 +88,10 @@ def serve(service: Service, metrics: ServerMetrics, sock: socket.socket) -> None
 
 def _ignore(signum, frame) -> None:
     return None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False

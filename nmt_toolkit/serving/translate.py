@@ -36,11 +36,14 @@ class Service:
             source, target = source or pairs[0][0], target or pairs[0][1]
         return self.pool.get(source, target)
 
-    def check_size(self, texts: Sequence[str], sentences: int) -> None:
+    def check_chars(self, texts: Sequence[str]) -> None:
+        """The request's characters within --max-chars: checked first, before any work that grows with them."""
         chars = sum(len(t) for t in texts)
         if chars > self.cfg.max_chars:
             raise RequestError(400, f"Invalid request: request ({chars}) exceeds text limit ({self.cfg.max_chars} "
                                     f"characters, the server's --max-chars)")
+
+    def check_sentences(self, sentences: int) -> None:
         if sentences > self.cfg.max_sentences:
             raise RequestError(400, f"Invalid request: request ({sentences} sentences) exceeds the limit of "
                                     f"{self.cfg.max_sentences} (the server's --max-sentences)")
