@@ -196,7 +196,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         except Exception as exc:
             logger.error("%s %s: internal error: %s: %s", scope.get("method"), endpoint, type(exc).__name__,
-                         shown_value(exc, 300))
+                         shown_value(" ".join(str(exc).split()), 300))
             logger.debug("the internal error's traceback", exc_info=True)
             if status[0] is None:  # nothing sent yet: the answer can still be a JSON error
                 status[0] = 500

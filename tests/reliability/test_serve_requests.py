@@ -214,6 +214,29 @@ def test_max_chars_is_checked_before_the_text_is_split(server, client):
     _answered(client)
 
 
+def test_an_exception_no_handler_took_is_a_json_500_and_one_log_line(caplog):
+    """The last resort for a bug: the API's error shape, one log line (the traceback only with --debug)."""
+    import asyncio
+
+    from nmt_toolkit.serving.app import MetricsMiddleware
+    from nmt_toolkit.serving.metrics import ServerMetrics
+
+    async def broken(scope, receive, send):
+        raise RuntimeError("a bug\nover two lines")
+
+    async def main():
+        transport = httpx.ASGITransport(app=MetricsMiddleware(broken, ServerMetrics()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            return await c.post("/v1/translate", json=OK)
+
+    with caplog.at_level("INFO", logger="nmt_toolkit.serve"):
+        answer = asyncio.run(main())
+    assert answer.status_code == 500 and answer.json() == {"error": "Internal server error"}
+    logged = [r for r in caplog.records if r.name == "nmt_toolkit.serve"]
+    assert [r.getMessage() for r in logged] == ["POST /v1/translate: internal error: RuntimeError: a bug over two lines"]
+    assert not logged[0].exc_info
+
+
 # ---------------------------------------------------------------------- keys
 
 
