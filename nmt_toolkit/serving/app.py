@@ -175,7 +175,7 @@ class MetricsMiddleware:
 
     It is also the last stop of an exception no handler took (a bug): the client gets a 500 in the API's
     shape, ``{"error": …}``, the log one line (the traceback with ``--debug``), and the connection stays
-    open; uvicorn would answer text, log the traceback and close every keep-alive connection."""
+    open; uvicorn would answer text, log the traceback and close the connection."""
 
     def __init__(self, app, metrics: ServerMetrics):
         self.app, self.metrics = app, metrics
