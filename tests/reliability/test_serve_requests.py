@@ -267,14 +267,20 @@ def test_a_trailing_slash_is_not_redirected_to_the_host_header(client):
 
 def test_a_half_sent_request_is_cut_off_after_the_client_timeout(server):
     parts = urlsplit(server.url)
-    for partial in (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: app",
-                    b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: 100\r\nAuthorization: Bearer " + KEY.encode() + b"\r\n\r\n{\"q\": "):
-        with socket.create_connection((parts.hostname, parts.port), timeout=CLIENT_TIMEOUT + 20) as sock:
-            sock.sendall(partial)
-            started = time.monotonic()
+    partial = [b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: app",  # half a head
+               b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"  # half a body
+               b"Content-Length: 100\r\nAuthorization: Bearer " + KEY.encode() + b"\r\n\r\n{\"q\": "]
+    sockets = [socket.create_connection((parts.hostname, parts.port), timeout=CLIENT_TIMEOUT + 20) for _ in partial]
+    try:
+        started = time.monotonic()
+        for sock, data in zip(sockets, partial):
+            sock.sendall(data)
+        for sock in sockets:
             assert sock.recv(1000) == b""  # closed (a timeout here: the server still waits for the rest)
-            assert time.monotonic() - started < CLIENT_TIMEOUT + 15
+        assert time.monotonic() - started < CLIENT_TIMEOUT + 15
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def test_connections_over_the_cap_are_closed_at_once(server, client):
