@@ -26,6 +26,7 @@ from nmt_toolkit.generation.beam_search import SequenceGenerator  # noqa: E402
 from nmt_toolkit.generation.config import GenerationConfig  # noqa: E402
 from nmt_toolkit.model_folder import read_model_folder  # noqa: E402
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel  # noqa: E402
+from tests.reliability.harness import record_in_manifest  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "marian"
 EN_DE, TAGS = FIXTURES / "en-de", FIXTURES / "tags"
@@ -426,6 +427,7 @@ def test_export_refuses_what_marian_cannot_represent(trained_here, tmp_path):
     config = json.loads((folder / "config.json").read_text())
     config["model"]["sinusoid_layout"] = "paper"
     (folder / "config.json").write_text(json.dumps(config))
+    record_in_manifest(folder, "config.json")  # edited as a whole folder: the export's own check must refuse it
     result = subprocess.run([sys.executable, "-c", EXPORT, "--path", str(folder), "--format", "marian",
                              "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -121,7 +121,7 @@ def test_an_unknown_or_missing_language_is_one_line(folder, tmp_path, capsys, fl
 def _edited(folder, tmp_path, edit):
     """``folder`` with its JSON files edited; an edited config.json keeps the size and sha256 the manifest
     records in step (edited as a whole folder), so the check under test is the one that refuses it."""
-    import hashlib
+    from tests.reliability.harness import record_in_manifest
 
     out = tmp_path / "edited"
     shutil.copytree(folder, out)
@@ -130,10 +130,7 @@ def _edited(folder, tmp_path, edit):
         change(value)
         (out / name).write_text(json.dumps(value), encoding="utf-8")
     if "config.json" in edit:
-        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-        manifest["files"]["config.json"] = {"size": (out / "config.json").stat().st_size,
-                                            "sha256": hashlib.sha256((out / "config.json").read_bytes()).hexdigest()}
-        (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        record_in_manifest(out, "config.json")
     return out
 
 

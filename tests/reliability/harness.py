@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import importlib
 import io
+import json
 import os
 import pathlib
 import subprocess
@@ -136,3 +137,14 @@ def tiny_model_folder(root) -> pathlib.Path:
     import_marian(str(MARIAN_FIXTURE), str(root / "model"))
     (root / "raw.en").write_text("A dog runs.\nTwo men talk.\n")
     return root
+
+
+def record_in_manifest(folder, name: str) -> None:
+    """A model folder crafted consistently, as a hostile one would be: its manifest records the size and sha256
+    of the edited file ``name`` (when it records fingerprints), so a check of the content must refuse it."""
+    folder = pathlib.Path(folder)
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    if "files" in manifest:
+        data = (folder / name).read_bytes()
+        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")

@@ -14,7 +14,6 @@ on one tiny model (the Marian fixture imported): cheap enough for hundreds of ca
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -26,8 +25,8 @@ import pytest
 
 from nmt_toolkit.export.marian_import import OTHER_KEYS, SHARED_FIELDS, import_marian
 from nmt_toolkit.models.transformer import TransformerConfig
-from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, run_in_process,
-                                       snapshot, tiny_model_folder)
+from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, record_in_manifest,
+                                       run_in_process, snapshot, tiny_model_folder)
 
 NESTED = "[" * 100_000 + "]" * 100_000
 DIGITS = "9" * 4000
@@ -42,10 +41,6 @@ JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", t
 
 def dumps(value) -> str:
     return json.dumps(value, indent=1).replace('"@DIGITS@"', DIGITS).replace('"@NESTED@"', NESTED)
-
-
-def sha256(path: pathlib.Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +96,7 @@ def test_a_crafted_model_option_in_config_json(world, tmp_path, monkeypatch, nam
     config = json.loads((folder / "config.json").read_text())
     config["model"][name] = VALUES[crafted]
     (folder / "config.json").write_text(dumps(config))
-    manifest = json.loads((folder / "manifest.json").read_text())
-    if "files" in manifest:  # crafted consistently: the manifest records the crafted file
-        manifest["files"]["config.json"] = {"size": (folder / "config.json").stat().st_size,
-                                            "sha256": sha256(folder / "config.json")}
-        (folder / "manifest.json").write_text(json.dumps(manifest))
+    record_in_manifest(folder, "config.json")  # crafted consistently: the manifest records the crafted file
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
     result = _generate(folder, world / "raw.en")

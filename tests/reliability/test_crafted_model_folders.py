@@ -18,8 +18,8 @@ import torch
 
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.export.marian_import import import_marian
-from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, run_in_process,
-                                       snapshot, tiny_model_folder)
+from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, record_in_manifest,
+                                       run_in_process, snapshot, tiny_model_folder)
 
 NESTED = "[" * 100_000 + "]" * 100_000
 
@@ -41,15 +41,6 @@ def _edit_json(path: pathlib.Path, change) -> None:
     value = json.loads(path.read_text())
     change(value)
     path.write_text(json.dumps(value))
-
-
-def _record_file(folder: pathlib.Path, name: str) -> None:
-    """A consistently crafted folder: the manifest records the crafted file's size and sha256."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    if "files" in manifest:
-        data = (folder / name).read_bytes()
-        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
 def _generate(folder, raw, *extra):
@@ -77,7 +68,8 @@ def test_a_model_folder_json_nested_deep_or_with_a_huge_integer(world, tmp_path,
         text = (folder / name).read_text()
         key = '"version": 1' if name == "manifest.json" else '"embed_dim": 32'
         (folder / name).write_text(text.replace(key, key.split(":")[0] + ": " + "9" * 4000))
-    _record_file(folder, name) if name == "config.json" else None
+    if name == "config.json":
+        record_in_manifest(folder, name)
     _refused_nothing_written(tmp_path, monkeypatch, "nmt-generate", ["--path", folder, "--input", world / "raw.en"],
                              str(folder / name))
 
