@@ -77,7 +77,7 @@ def test_non_finite_weights_are_an_error_at_load(setup_dir, capsys, tmp_path):
         assert "diverged.pt" in line and key in line and "3 non-finite values" in line
 
 
-def test_results_path_holds_what_stdout_gets(setup_dir, capsys, tmp_path):
+def test_results_path_holds_what_stdout_gets(setup_dir, capsys, tmp_path, monkeypatch):
     root, data, ck = setup_dir
     argv = [data, "--path", ck, "--beam", "2", "--max-len-b", "4", "--decode-workers", "1"]
     rc, stdout, err = _run(capsys, argv)
@@ -87,11 +87,21 @@ def test_results_path_holds_what_stdout_gets(setup_dir, capsys, tmp_path):
     assert rc == 0 and out == "", err
     assert (folder / "generate-test.txt").read_text(encoding="utf-8") == stdout
     (tmp_path / "afile").write_text("x\n")
-    for bad, words in ((tmp_path / "afile", "not a folder"), (tmp_path / "afile" / "sub", "cannot write there"),
-                       ("/proc/nmt-toolkit-test", "cannot write there")):
+    for bad, words in ((tmp_path / "afile", "not a folder"), (tmp_path / "afile" / "sub", "is a file, not a folder")):
         rc, out, err = _run(capsys, argv + ["--results-path", bad])
         line = _one_error(err)
         assert rc == 1 and f"--results-path {bad}" in line and words in line, line
+    from nmt_toolkit import outputs
+
+    def denied(*a, **k):  # the tests may run as root, for whom chmod 0o500 denies nothing
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outputs.tempfile, "mkdtemp", denied)
+        rc, out, err = _run(capsys, argv + ["--results-path", tmp_path / "ro"])
+    line = _one_error(err)
+    assert rc == 1 and f"--results-path {tmp_path / 'ro'}: cannot write there (Permission denied)" in line, line
+    assert not (tmp_path / "ro").exists()
 
 
 def test_remove_bpe_sentencepiece_equals_sentencepiece_decoding(setup_dir, capsys):
