@@ -225,3 +225,16 @@ def test_a_language_listed_twice_in_the_lang_dict_gets_one_token(mbin, tmp_path,
     assert task.langs == ["en", "de", "fr"] and len(d) == plain_size + 3
     assert [d[plain_size + k] for k in range(3)] == ["__en__", "__de__", "__fr__"]
     assert f"--lang-dict {langs} line 5: en again (first on line 1); its token is added once" in caplog.text
+
+
+def test_a_lang_dict_line_that_is_not_a_language_code_is_one_line(mbin, tmp_path, capsys):  # noqa: F811
+    """Its languages become tokens (__de__) and, in a model folder, file names: '../x' or U+202E are refused
+    by file and line before anything is built."""
+    langs = tmp_path / "langs.txt"
+    langs.write_text("en\nde\nf\u202er\n")
+    code = train([str(mbin), *TINY, "--task", "translation_multi_simple_epoch", "--lang-dict", str(langs),
+                  "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ck")])
+    err = [line for line in capsys.readouterr().err.splitlines() if ": error:" in line]
+    assert code == 1 and len(err) == 1, err
+    assert f"--lang-dict {langs} line 3 'f\\u202er': not a language code" in err[0]
+    assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()

@@ -336,3 +336,27 @@ def test_an_input_that_goes_away_is_named_as_an_input(tmp_path, capsys, monkeypa
     rc = _prep(prefix, tmp_path / "bin")
     _assert_error(capsys, rc, "t.en: cannot read (No such file or directory)", "left as it was")
     assert not (tmp_path / "bin").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--source-lang", "../x"), ("--target-lang", "d\u202ee"),
+                                         ("--source-lang", "en\x00")])
+def test_a_language_that_is_not_a_code_is_refused_before_it_names_a_file(tmp_path, capsys, flag, value):
+    """A language becomes part of file names (dict.<lang>.txt, train.<src>-<tgt>.<lang>.bin): '../x' would
+    write outside --destdir, U+202E would make the names lie. Refused in one line, nothing written."""
+    prefix = _tiny(tmp_path, "t", "a b\nc\n", "x y\nz\n")
+    args = {"--source-lang": "en", "--target-lang": "de", flag: value}
+    rc = run([*[a for k, v in args.items() for a in (k, v)], "--trainpref", prefix, "--destdir",
+              str(tmp_path / "bin"), "--no-progress-bar"])
+    _assert_error(capsys, rc, flag, "not a language code")
+    assert rc == 2 and sorted(os.listdir(tmp_path)) == ["t.de", "t.en"]
+
+
+@pytest.mark.parametrize("tag", ["</s>", "<unk>", "a"])
+def test_a_target_lang_tag_must_be_a_language_tag_of_the_source_dictionary(tmp_path, capsys, tag):
+    """'</s>' first in every source sentence was binarized with exit 0, and every reader of the data-bin
+    then refused it: the same check as theirs, before anything is written."""
+    prefix = _tiny(tmp_path, "t", "__de__ a b\n__de__ c\n", "x y\nz\n")
+    rc = _prep(prefix, tmp_path / "bin", "--target-lang-tag", tag)
+    _assert_error(capsys, rc, f"--target-lang-tag {tag}: not a language tag of the source dictionary")
+    assert not (tmp_path / "bin").exists()
+    assert _prep(prefix, tmp_path / "bin", "--target-lang-tag", "__de__") == 0

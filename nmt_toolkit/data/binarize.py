@@ -48,6 +48,7 @@ from nmt_toolkit.data import data_bin, subword
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from nmt_toolkit.data.lang_pairs import parse_lang_pairs
+from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
 from nmt_toolkit.errors import DataError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,9 @@ class PreprocessConfig:
             self._validate_multilingual()
         elif not self.source_lang or not self.target_lang:
             raise UsageError("--source-lang and --target-lang are required")
+        else:  # codes name the data-bin's files: dict.<lang>.txt, train.<src>-<tgt>.<lang>.bin
+            check_language_code(self.source_lang, "--source-lang", UsageError)
+            check_language_code(self.target_lang, "--target-lang", UsageError)
         if not self.destdir.strip():  # '' would be the working directory, where nobody means to write
             raise UsageError(f"--destdir {self.destdir!r}: empty; give the folder to write the data-bin into")
         if not os.path.basename(os.path.abspath(self.destdir)):
@@ -501,9 +505,9 @@ def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
         src_dict = build_dict(cfg.srcdict, (src,), cfg.thresholdsrc, cfg.nwordssrc)
         tgt_dict = build_dict(cfg.tgtdict, (tgt,), cfg.thresholdtgt, cfg.nwordstgt)
     dicts = {src: src_dict, tgt: tgt_dict}
-    if cfg.target_lang_tag and cfg.target_lang_tag not in src_dict:
-        raise DataError(f"--target-lang-tag {cfg.target_lang_tag}: not a symbol of the source dictionary "
-                        f"{cfg.srcdict or ''}: the tag would be encoded as <unk>")
+    if cfg.target_lang_tag:  # what every reader of the data-bin checks it against, checked before writing it
+        check_language_tag(cfg.target_lang_tag, src_dict.symbols, "--target-lang-tag", UsageError,
+                           f"the source dictionary {cfg.srcdict or ''}".strip())
     for lang, d in dicts.items():
         _check_existing_dictionary(cfg, os.path.join(destdir, f"dict.{lang}.txt"), d)
         d.save(os.path.join(tmp, f"dict.{lang}.txt"))

@@ -35,6 +35,7 @@ from nmt_toolkit.config import option
 from nmt_toolkit.data import corpora as corpus_mix
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
+from nmt_toolkit.data.language_codes import check_language_code
 from nmt_toolkit.data.lang_pairs import languages, parse_lang_pairs
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
@@ -95,6 +96,7 @@ def read_lang_dict(path: str, needed: list[str]) -> list[str]:
         raise DataError(f"--lang-dict {path}: cannot read it ({exc})") from None
     first_line: dict[str, int] = {}
     for number, lang in numbered:
+        check_language_code(lang, f"--lang-dict {path} line {number}")
         if lang in first_line:
             logger.warning("--lang-dict %s line %d: %s again (first on line %d); its token is added once",
                            path, number, lang, first_line[lang])
