@@ -166,3 +166,19 @@ def test_staging_folders_of_a_killed_run_are_removed_by_the_next(tmp_path):
     user.mkdir()
     _write(FolderOutput(tmp_path / "m", KIND, False))
     assert sorted(os.listdir(tmp_path)) == sorted([alive.name, user.name, "m"])
+
+
+def test_a_save_dir_holding_the_log_the_shell_made_is_accepted(tmp_path):
+    """`nmt-train … --save-dir ck > ck/train.log` (fairseq users' habit, and examples/multilingual/run.sh):
+    the shell creates the log before nmt-train checks the folder, which is then the run's, not a stranger's."""
+    from nmt_toolkit.training.checkpoints import SAVE_DIR
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "train.log").write_text("")
+    outputs.check_folder(str(ck), SAVE_DIR, f"--save-dir {ck}")
+    (ck / "notes.txt").write_text("x\n")
+    outputs.check_folder(str(ck), SAVE_DIR, f"--save-dir {ck}")  # an earlier save dir keeps the user's files
+    (ck / "train.log").unlink()
+    with pytest.raises(DataError, match="it holds notes.txt"):
+        outputs.check_folder(str(ck), SAVE_DIR, f"--save-dir {ck}")

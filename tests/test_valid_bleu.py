@@ -57,7 +57,7 @@ def test_logged_bleu_is_sacrebleu_of_nmt_generate_output(tiny_bin, tmp_path, cap
     (["--eval-bleu", "--best-checkpoint-metric", "bleu"], "needs --maximize-best-checkpoint-metric"),
     (["--eval-bleu", "--eval-bleu-args", "{beam: 2}"], "--eval-bleu-args: not JSON"),
     (["--eval-bleu", "--eval-bleu-args", '{"beem": 2}'], "--eval-bleu-args: unknown key 'beem'; did you mean beam?"),
-    (["--eval-bleu", "--eval-bleu-args", '{"beam": 0}'], "--eval-bleu-args: beam 0: must be an integer ≥ 1"),
+    (["--eval-bleu", "--eval-bleu-args", '{"beam": 0}'], "--eval-bleu-args: beam 0: must be an integer in [1, 1000]"),
     (["--eval-bleu", "--disable-validation"], "--eval-bleu needs validation"),
     (["--best-checkpoint-metric", "accuracy"], "unknown --best-checkpoint-metric 'accuracy': validation produces "
                                                "loss, nll_loss, ppl, and bleu with --eval-bleu"),

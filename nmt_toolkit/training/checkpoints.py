@@ -294,9 +294,11 @@ def _load_failure_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first[:120]}"
 
 
-#: what nmt-train writes into --save-dir; a folder holding one of these is an earlier save dir
+#: what nmt-train writes into --save-dir; a folder holding one of these is an earlier save dir. A log file
+#: too: `nmt-train … > ck/train.log` creates it before nmt-train starts (and nmt-train never removes it)
 SAVE_DIR = outputs.OutputKind("a folder of checkpoints (--save-dir)",
-                              markers=("checkpoint*.pt", "config.yaml", ".nmt-train.lock", "*.pt.*" + TEMP_SUFFIX))
+                              markers=("checkpoint*.pt", "config.yaml", ".nmt-train.lock", "*.pt.*" + TEMP_SUFFIX,
+                                       "*.log"))
 
 
 def prepare_save_dir(save_dir: str) -> None:
