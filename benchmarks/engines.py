@@ -14,7 +14,7 @@ the decoding time each program reports itself ("translated N sentences … in Xs
 and model loading), the whole process's wall seconds, its peak resident memory (``ru_maxrss`` of that
 child), and sacreBLEU of the D- lines against the references (the program's own "Generate" line). fairseq is
 not a dependency of this project: install it anywhere and pass its fairseq-generate (with a checkpoint of
-the same shape, e.g. converted by ``nmt_toolkit.export.fairseq_import``). Prints one JSON line.
+the same shape, e.g. converted by ``nmt_toolkit.importers.fairseq``). Prints one JSON line.
 """
 from __future__ import annotations
 

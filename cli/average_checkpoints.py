@@ -37,7 +37,7 @@ class AverageConfig:
 def average(configs: dict) -> int:
     from nmt_toolkit.outputs import claim_file
     from nmt_toolkit.training.averaging import select_checkpoints, write_average
-    from nmt_toolkit.training.checkpoints import is_checkpoint_file
+    from nmt_toolkit.checkpoints import is_checkpoint_file
 
     cfg: AverageConfig = configs["average"]
     if not cfg.output:

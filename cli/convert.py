@@ -72,9 +72,9 @@ def convert(configs: dict) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.fairseq_import import load_checkpoint
+    from nmt_toolkit.importers.fairseq import load_fairseq_checkpoint
     from nmt_toolkit.outputs import claim_file
-    from nmt_toolkit.training.checkpoints import is_checkpoint_file, save_checkpoint
+    from nmt_toolkit.checkpoints import is_checkpoint_file, save_checkpoint
 
     cfg: ConvertConfig = configs["convert"]
     if cfg.from_format == "marian":
@@ -84,7 +84,7 @@ def convert(configs: dict) -> int:
     if not cfg.path or not cfg.output:
         raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
     claim_file(cfg.output, cfg.overwrite, f"--output {cfg.output}", is_checkpoint_file, "a checkpoint")
-    state = load_checkpoint(cfg.path)
+    state = load_fairseq_checkpoint(cfg.path)
     save_checkpoint(state, cfg.output)
     flags = " ".join(["--arch", "transformer_base", *model_flags(state["config"]["model"])])
     logging.getLogger("nmt_toolkit.convert").info("wrote %s; nmt-train rebuilds this model with: %s", cfg.output, flags)
@@ -96,7 +96,7 @@ def convert_marian(cfg: ConvertConfig) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.marian_import import import_marian
+    from nmt_toolkit.importers.marian import import_marian
     from nmt_toolkit.model_folder import MODEL_FOLDER
     from nmt_toolkit.outputs import FolderOutput
 
@@ -116,7 +116,7 @@ def convert_m2m100(cfg: ConvertConfig) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.m2m100_import import import_m2m100
+    from nmt_toolkit.importers.m2m100 import import_m2m100
     from nmt_toolkit.model_folder import MODEL_FOLDER
     from nmt_toolkit.outputs import FolderOutput
 

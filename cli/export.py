@@ -53,7 +53,7 @@ def export(configs: dict) -> int:
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.ctranslate2 import export as export_ct2
-    from nmt_toolkit.training.checkpoints import load_checkpoint
+    from nmt_toolkit.checkpoints import load_checkpoint
 
     cfg: ExportConfig = configs["export"]
     if not cfg.path:
@@ -80,7 +80,7 @@ def export(configs: dict) -> int:
     if cfg.format == "marian":
         return _export_marian(cfg, task, output)
     if cfg.format == "fairseq":
-        from nmt_toolkit.export.fairseq_export import export as export_fairseq
+        from nmt_toolkit.export.fairseq import export as export_fairseq
 
         if cfg.quantization != "none":
             raise UsageError("--quantization applies to --format ctranslate2 only; fairseq checkpoints are float32")
@@ -121,9 +121,9 @@ def _output_kind(fmt: str):
     if fmt == "ctranslate2":
         from nmt_toolkit.export.ctranslate2 import CTRANSLATE2_FOLDER as kind
     elif fmt == "fairseq":
-        from nmt_toolkit.export.fairseq_export import FAIRSEQ_FOLDER as kind
+        from nmt_toolkit.export.fairseq import FAIRSEQ_FOLDER as kind
     elif fmt == "marian":
-        from nmt_toolkit.export.marian_export import MARIAN_FOLDER as kind
+        from nmt_toolkit.export.marian import MARIAN_FOLDER as kind
     else:
         from nmt_toolkit.model_folder import MODEL_FOLDER as kind
     return kind
@@ -133,7 +133,7 @@ def _export_folder(cfg: ExportConfig, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.folder_export import export as export_folder
+    from nmt_toolkit.export.folder import export as export_folder
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a model folder holds float32 weights")
@@ -149,7 +149,7 @@ def _export_marian(cfg: ExportConfig, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.export.marian_export import export as export_marian
+    from nmt_toolkit.export.marian import export as export_marian
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a Marian folder holds float32 weights")

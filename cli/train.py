@@ -178,7 +178,7 @@ def check_outputs(configs: dict[str, Any]) -> None:
     """Every place the run will write, refused now if it must be (nothing is written yet): --save-dir,
     --tensorboard-logdir, --save-model-folder."""
     from nmt_toolkit.outputs import check_folder
-    from nmt_toolkit.training.checkpoints import SAVE_DIR
+    from nmt_toolkit.checkpoints import SAVE_DIR
     from nmt_toolkit.training.progress import TENSORBOARD_LOGS
 
     ck, logdir = configs["checkpoint"], configs["logging"].tensorboard_logdir
@@ -205,7 +205,7 @@ def save_model_folder(configs: dict[str, Any]) -> None:
     import logging
 
     from nmt_toolkit.errors import DataError
-    from nmt_toolkit.export.folder_export import export
+    from nmt_toolkit.export.folder import export
 
     ck = configs["checkpoint"]
     names = [n for n in ("checkpoint_best.pt", "checkpoint_last.pt") if os.path.isfile(os.path.join(ck.save_dir, n))]
@@ -229,7 +229,7 @@ def save_dir_lock(ck, info):
     One run takes it once: a single process, the parent of the ranks it spawns (they see LOCK_HELD_ENV
     naming their parent and skip it), or rank 0 under torchrun (the only rank that writes)."""
     from nmt_toolkit import locking
-    from nmt_toolkit.training.checkpoints import prepare_save_dir
+    from nmt_toolkit.checkpoints import prepare_save_dir
 
     save_dir = os.path.abspath(ck.save_dir)
     inherited = os.environ.get(LOCK_HELD_ENV) == f"{os.getppid()}:{save_dir}"

@@ -2,8 +2,8 @@
 
 Decoding (``generation/``) and exporting (``export/``) both start from a checkpoint file, so the loading
 sits below both of them: neither package imports the other to get a model. It reads fairseq files through
-``export/fairseq_import.py`` (the weight renaming, one direction only) and our files through
-``training/checkpoints.py``.
+``importers/fairseq.py`` (the weight renaming, one direction only) and our files through
+``checkpoints.py``.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from nmt_toolkit.errors import DataError
+from nmt_toolkit.models.state_dict_checks import check_shapes, check_values
 
 
 def load_any_checkpoint(path: str) -> dict:
@@ -22,10 +23,10 @@ def load_any_checkpoint(path: str) -> dict:
     or a fairseq checkpoint converted on the fly (``nmt-generate --path`` accepts all three). A file that is
     none of them keeps our loader's error; a pickle naming a class that a checkpoint never holds (a planted
     ``__reduce__``) is refused by name."""
-    from nmt_toolkit.export import fairseq_pickle
-    from nmt_toolkit.export.fairseq_import import converted, is_fairseq_checkpoint
+    from nmt_toolkit.importers import fairseq_pickle
+    from nmt_toolkit.importers.fairseq import converted, is_fairseq_checkpoint
     from nmt_toolkit.model_folder import is_model_folder, read_model_folder
-    from nmt_toolkit.training.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
+    from nmt_toolkit.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
 
     if is_model_folder(path):
         return read_model_folder(path).checkpoint()
@@ -58,7 +59,7 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
     vocabulary-sized difference is a "wrong dictionary" error naming both, others an edited or mixed file.
     Returns ``(models, configs)``.
     """
-    from nmt_toolkit.training.checkpoints import check_dictionaries
+    from nmt_toolkit.checkpoints import check_dictionaries
 
     models, configs = [], []
     for path in paths:
@@ -71,8 +72,8 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
             raise DataError(f"{path}: the checkpoint's config has no components.model entry (not written by nmt-train?)")
         weights = state["model"]
         model = _unfilled_model(config, src_dict, tgt_dict, path)
-        _check_shapes(path, model.state_dict(), weights, config, src_dict, tgt_dict, dict_files)
-        _check_values(path, model.state_dict(), weights)
+        check_shapes(path, model.state_dict(), weights, config, src_dict, tgt_dict, dict_files)
+        check_values(path, model.state_dict(), weights)
         model.load_state_dict(weights)
         model.eval()
         if device is not None:
@@ -80,19 +81,6 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
         models.append(model)
         configs.append(config)
     return models, configs
-
-
-def check_state_dict(path: str, config: dict, weights: dict, src_dict, tgt_dict) -> None:
-    """What :func:`load_models` checks of a checkpoint's weights, for a checkpoint about to be written (the
-    importers check what they converted before writing anything): the config builds a model (on the meta
-    device: no memory, however large it says the model is), every tensor has that model's name and shape, and
-    every value is a finite float. ``path`` names the source in the messages."""
-    from nmt_toolkit.models import build_model_from_config_dict
-
-    with torch.device("meta"):
-        expected = build_model_from_config_dict(config, src_dict, tgt_dict, what=path).state_dict()
-    _check_shapes(path, expected, weights, config, src_dict, tgt_dict, ())
-    _check_values(path, expected, weights)
 
 
 def _unfilled_model(config: dict, src_dict, tgt_dict, path: str) -> nn.Module:
@@ -130,49 +118,3 @@ class _SkipParameterInit(TorchFunctionMode):
             if isinstance(target, nn.Parameter) or isinstance(getattr(target, "_base", None), nn.Parameter):
                 return target
         return func(*args, **kwargs)
-
-
-def _check_shapes(path: str, expected: dict, weights: dict, config: dict, src_dict, tgt_dict,
-                  dict_files: Sequence[str]) -> None:
-    """The file's tensors against the model its config builds; a vocabulary-sized difference is a wrong
-    dictionary, any other an edited or mixed file."""
-    for key, tensor in expected.items():
-        if key not in weights:
-            raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
-        got, want = tuple(weights[key].shape), tuple(tensor.shape)
-        if got != want:
-            differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
-            if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
-                files = " and ".join(dict_files) or "the data-bin dictionaries"
-                raise DataError(
-                    f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
-                    f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
-                    f"data-bin folder the model was trained on")
-            raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
-                            f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
-    unexpected = [k for k in weights if k not in expected]
-    if unexpected:
-        raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
-
-
-def _check_values(path: str, expected: dict, weights: dict) -> None:
-    """A weight of the model that the file holds as integers or booleans (``load_state_dict`` would copy
-    them in as numbers: garbage decoded with exit 0), or a NaN or infinite weight (a diverged run, a damaged
-    file: decoding prints ``-inf`` hypotheses and exits 0), is an error at load."""
-    for key, tensor in expected.items():
-        if tensor.is_floating_point() and not weights[key].is_floating_point():
-            raise DataError(f"{path}: tensor {key!r} is {str(weights[key].dtype).replace('torch.', '')}, not "
-                            f"floating point: an edited or damaged file")
-    _check_finite(path, weights)
-
-
-def _check_finite(path: str, weights: dict) -> None:
-    for key, tensor in weights.items():
-        # a NaN or inf makes the sum NaN or inf, so a finite sum clears the tensor in one cheap pass (a sum
-        # that overflows is checked element by element)
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.sum())) \
-                and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise DataError(f"{path}: tensor {key!r} holds {bad} non-finite values (NaN or inf) of "
-                            f"{tensor.numel()}: the training diverged or the file is damaged; decode with an "
-                            f"earlier checkpoint")

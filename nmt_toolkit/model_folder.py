@@ -181,7 +181,7 @@ class ModelFolder:
     def checkpoint(self) -> dict:
         """A dict shaped like our checkpoints (``model``, ``config``, ``version``, ``dictionaries``), so the
         checkpoint loading path builds and checks the model as it does for a ``.pt`` file."""
-        from nmt_toolkit.training.checkpoints import VERSION as CHECKPOINT_VERSION, dictionaries_record
+        from nmt_toolkit.checkpoints import VERSION as CHECKPOINT_VERSION, dictionaries_record
 
         pair = (None, None) if self.multilingual is not None else self._pair()  # a multilingual model: any two
         task = self.task_options() or {"source_lang": pair[0], "target_lang": pair[1]}

@@ -106,6 +106,24 @@ def test_no_import_cycle_between_modules():
     assert cycles(import_graph()) == []
 
 
+def test_no_import_cycle_between_packages():
+    """Each package sits on one floor: the checkpoint format below everything that reads checkpoints, the
+    importers below loading.py, the exporters above it, the training run above decoding."""
+    edges = package_edges(import_graph())
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    assert cycles(graph) == []
+
+
+def test_the_training_run_is_imported_only_by_the_programs_and_itself():
+    """training/ is the top of the library: what other packages need of a run (the checkpoint file, the model
+    folder) lives below it."""
+    importers = sorted({a for a, b in package_edges(import_graph()) if b == "training"})
+    assert importers == ["cli"]
+
+
 def test_generation_and_export_do_not_import_each_other_both_ways():
     """generation may use export (CTranslate2 decodes a checkpoint exported on the fly); an exporter needs
     only models, which loading.py builds, so export never imports generation."""

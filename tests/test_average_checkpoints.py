@@ -6,7 +6,7 @@ import torch
 
 from nmt_toolkit.cli import average_checkpoints as avg_cli
 from nmt_toolkit.training.averaging import average_checkpoints, select_checkpoints
-from nmt_toolkit.training.checkpoints import save_checkpoint
+from nmt_toolkit.checkpoints import save_checkpoint
 
 
 def _ck(path, seed, dtype=torch.float32, extra=None):

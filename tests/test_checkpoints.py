@@ -8,7 +8,7 @@ import torch
 
 from nmt_toolkit import outputs
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.training import checkpoints as C
+from nmt_toolkit import checkpoints as C
 from nmt_toolkit.training.state import get_rng_state, set_rng_state
 
 

@@ -19,7 +19,8 @@ from nmt_toolkit.cli.convert import run as convert
 from nmt_toolkit.cli.export import run as export
 from nmt_toolkit.cli.generate import run as generate
 from nmt_toolkit.errors import DataError, NmtError
-from nmt_toolkit.export import fairseq_export, fairseq_import, fairseq_pickle
+from nmt_toolkit.export import fairseq as fairseq_export
+from nmt_toolkit.importers import fairseq as fairseq_import, fairseq_pickle
 
 FIX = pathlib.Path(__file__).parent / "fixtures" / "fairseq"
 BIN = str(FIX / "data-bin")
@@ -63,8 +64,8 @@ def test_fairseq_checkpoint_decodes_as_fairseq_generate(model, beam, capsys):
 @pytest.mark.parametrize("layout", ["model-omegaconf.pt", "model-args.pt"])
 def test_older_checkpoint_layouts_load_to_the_same_model(layout):
     """cfg as a pickled omegaconf DictConfig (fairseq 0.10/0.11), args as a Namespace only (<= 0.9)."""
-    reference = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))
-    other = fairseq_import.load_checkpoint(str(FIX / "postnorm" / layout))
+    reference = fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / "model.pt"))
+    other = fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / layout))
     assert other["config"]["model"] == reference["config"]["model"]
     assert all(torch.equal(other["model"][k], v) for k, v in reference["model"].items())
 
@@ -126,7 +127,7 @@ def test_our_export_decodes_in_fairseq_as_here(capsys):
 def test_export_then_import_gives_back_the_weights(tmp_path, capsys):
     ours = FIX / "exported" / "ours.pt"
     assert export([BIN, "--path", str(ours), "--format", "fairseq", "--output-dir", str(tmp_path / "fs")]) == 0
-    back = fairseq_import.load_checkpoint(str(tmp_path / "fs" / "checkpoint.pt"))
+    back = fairseq_import.load_fairseq_checkpoint(str(tmp_path / "fs" / "checkpoint.pt"))
     original = torch.load(ours, weights_only=True)["model"]
     for key, value in original.items():
         if "embed_positions" in key:
@@ -265,8 +266,8 @@ def test_old_fairseq_weight_names_load_as_fairseq_renames_them(tied, tmp_path, c
     state = fairseq_pickle.read(str(FIX / "postnorm" / "model-args.pt"))
     shared = {} if tied else dict(share_all_embeddings=False, share_decoder_input_output_embed=False)
     path = rewrite(tmp_path / "old.pt", "postnorm/model-args.pt", old_fairseq_layout(state["model"], tied), **shared)
-    converted = fairseq_import.load_checkpoint(path)["model"]
-    reference = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"]
+    converted = fairseq_import.load_fairseq_checkpoint(path)["model"]
+    reference = fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"]
     if tied:
         assert set(converted) == set(reference)
         assert all(torch.equal(converted[k], v) for k, v in reference.items())
@@ -299,14 +300,14 @@ def test_pre_norm_checkpoints_of_old_versions_have_no_final_norm_in_fairseq(vers
     model.update({k: torch.tensor([v]) for k, v in versions.items()})
     path = rewrite(tmp_path / "old.pt", "prenorm/model.pt", model)
     if refused is None:
-        assert "decoder.layer_norm.weight" in fairseq_import.load_checkpoint(path)["model"]
+        assert "decoder.layer_norm.weight" in fairseq_import.load_fairseq_checkpoint(path)["model"]
         return
     with pytest.raises(NmtError, match=rf"^{re.escape(path)}: {re.escape(refused)} .*no final LayerNorm"):
-        fairseq_import.load_checkpoint(path)
+        fairseq_import.load_fairseq_checkpoint(path)
     postnorm = rewrite(tmp_path / "post.pt", "postnorm/model.pt", {
         k: v for k, v in fairseq_pickle.read(str(FIX / "postnorm" / "model.pt"))["model"].items()
         if not k.endswith(".version")})
-    fairseq_import.load_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
+    fairseq_import.load_fairseq_checkpoint(postnorm)  # a post-norm stack has no final norm to drop
 
 
 def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp_path):
@@ -320,9 +321,9 @@ def test_no_decoder_final_norm_is_refused_by_name_where_it_changes_the_model(tmp
                    {k: v for k, v in state.items() if not k.startswith("decoder.layer_norm.")},
                    no_decoder_final_norm=True)
     with pytest.raises(NmtError, match=r"fairseq option no_decoder_final_norm=True is not supported"):
-        fairseq_import.load_checkpoint(path)
-    post = fairseq_import.load_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
-    assert post["model"].keys() == fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
+        fairseq_import.load_fairseq_checkpoint(path)
+    post = fairseq_import.load_fairseq_checkpoint(rewrite(tmp_path / "post.pt", "postnorm/model.pt", no_decoder_final_norm=True))
+    assert post["model"].keys() == fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / "model.pt"))["model"].keys()
 
 
 def test_fairseq_checkpoints_read_the_same_under_torch_force_weights_only_load(monkeypatch, tmp_path):
@@ -351,5 +352,5 @@ def test_a_fairseq_checkpoint_in_torchs_older_file_format_loads_the_same(tmp_pat
         assert torch.equal(again["model"][k], v) and again["model"][k].dtype == v.dtype, k
     for k, v in reference["extra"].items():
         assert torch.equal(again["extra"][k], v) and again["extra"][k].dtype == v.dtype, k
-    reference_config = fairseq_import.load_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
+    reference_config = fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
     assert fairseq_import.converted(again, str(legacy))["config"]["model"] == reference_config

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from nmt_toolkit.cli.train import run as train
-from nmt_toolkit.training import checkpoints as C
+from nmt_toolkit import checkpoints as C
 from tests.train_helpers import TINY, make_bin, same_state
 
 MAX_UPDATE = 14

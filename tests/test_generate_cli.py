@@ -21,7 +21,7 @@ from nmt_toolkit.cli import interactive as inter_cli
 from nmt_toolkit.cli import preprocess as prep_cli
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
-from nmt_toolkit.training.checkpoints import save_checkpoint
+from nmt_toolkit.checkpoints import save_checkpoint
 
 # what the first model reaches on the 23 test sentences (BLEU about 75, about 16 exact at beam 3); a model that
 # learned nothing scores about 0

@@ -17,7 +17,7 @@ from nmt_toolkit.cli import interactive as inter_cli
 from nmt_toolkit.cli import preprocess as prep_cli
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
-from nmt_toolkit.training.checkpoints import save_checkpoint
+from nmt_toolkit.checkpoints import save_checkpoint
 
 
 def _run(capsys, argv, program=gen_cli):

@@ -11,7 +11,7 @@ import torch
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.errors import DataError
 from nmt_toolkit.loading import load_models
-from nmt_toolkit.training.checkpoints import save_checkpoint
+from nmt_toolkit.checkpoints import save_checkpoint
 
 
 def _dicts(data):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nmt_toolkit.errors import NmtError
-from nmt_toolkit.training import checkpoints as C
+from nmt_toolkit import checkpoints as C
 from nmt_toolkit.training.trainer import Trainer
 
 X = torch.tensor([[1.0, 2.0, -1.0, 0.5], [0.0, 1.0, 3.0, -2.0]])  # two "tokens"; sum over rows [1, 3, 2, -1.5]

@@ -29,7 +29,7 @@ pytest.importorskip("sentencepiece")
 
 from nmt_toolkit.config import from_dict  # noqa: E402
 from nmt_toolkit.errors import DataError, UsageError  # noqa: E402
-from nmt_toolkit.export.m2m100_import import import_m2m100  # noqa: E402
+from nmt_toolkit.importers.m2m100 import import_m2m100  # noqa: E402
 from nmt_toolkit.model_folder import read_model_folder  # noqa: E402
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel  # noqa: E402
 

@@ -21,7 +21,7 @@ pytest.importorskip("safetensors")
 
 from nmt_toolkit.config import from_dict  # noqa: E402
 from nmt_toolkit.errors import DataError, UsageError  # noqa: E402
-from nmt_toolkit.export.marian_import import import_marian, read_weights  # noqa: E402
+from nmt_toolkit.importers.marian import import_marian, read_weights  # noqa: E402
 from nmt_toolkit.generation.beam_search import SequenceGenerator  # noqa: E402
 from nmt_toolkit.generation.config import GenerationConfig  # noqa: E402
 from nmt_toolkit.model_folder import read_model_folder  # noqa: E402
@@ -439,7 +439,7 @@ def test_export_refuses_what_marian_cannot_represent(trained_here, tmp_path):
 
 def test_export_check_names_each_option():
     from nmt_toolkit.data.dictionary import Dictionary
-    from nmt_toolkit.export.marian_export import check_exportable
+    from nmt_toolkit.export.marian import check_exportable
 
     d = Dictionary()
     ok = TransformerConfig(sinusoid_layout="marian", share_all_embeddings=True)

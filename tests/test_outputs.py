@@ -171,7 +171,7 @@ def test_staging_folders_of_a_killed_run_are_removed_by_the_next(tmp_path):
 def test_a_save_dir_holding_the_log_the_shell_made_is_accepted(tmp_path):
     """`nmt-train … --save-dir ck > ck/train.log` (fairseq users' habit, and examples/multilingual/run.sh):
     the shell creates the log before nmt-train checks the folder, which is then the run's, not a stranger's."""
-    from nmt_toolkit.training.checkpoints import SAVE_DIR
+    from nmt_toolkit.checkpoints import SAVE_DIR
 
     ck = tmp_path / "ck"
     ck.mkdir()

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import torch
 
-from nmt_toolkit.training.checkpoints import checkpoint_names
+from nmt_toolkit.checkpoints import checkpoint_names
 from nmt_toolkit.training.decisions import (Decision, Patience, UpdateFacts, after_validation, decide, is_better,
                                             limit_reached)
 from nmt_toolkit.training.options import CheckpointConfig, OptimizationConfig

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Penn Treebank <-> sequence pairs for parsing as translation (section 6.3 of the paper).
 
-Two steps of the recipe, both thin wrappers over :mod:`nmt_toolkit.tasks.parsing`:
+Two steps of the recipe, both thin wrappers over :mod:`nmt_toolkit.data.linearised_trees`:
 
 ``prepare``
     Read trees (``.mrg`` files or one tree per line), clean them (drop ``-NONE-`` and the constituents
@@ -21,7 +21,7 @@ Two steps of the recipe, both thin wrappers over :mod:`nmt_toolkit.tasks.parsing
     predicted bracket sequence, and unbalanced or wrong-length outputs are repaired, so every sentence gets a
     tree. With ``--gold`` the gold POS tags are put on the leaves: the model predicts no tags (every leaf is
     ``XX``), and EVALB drops punctuation by its tag, so the gold tags keep the word counts aligned; see the
-    docstring of :mod:`nmt_toolkit.tasks.parsing`.
+    docstring of :mod:`nmt_toolkit.data.linearised_trees`.
 
 ``score``
     PARSEVAL F1 with the EVALB ``COLLINS.prm`` rules, straight from the library (``nmt-score --metric
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from nmt_toolkit.data.trees import TreeError
 from nmt_toolkit.scoring import parseval
-from nmt_toolkit.tasks.parsing import clean_tree, delinearise, linearise_tree, read_treebank
+from nmt_toolkit.data.linearised_trees import clean_tree, delinearise, linearise_tree, read_treebank
 
 WSJ_SPLIT = {"train": range(2, 22), "valid": range(22, 23), "test": range(23, 24)}
 SAMPLE_SPLIT = {"train": range(1, 160), "valid": range(160, 180), "test": range(180, 200)}

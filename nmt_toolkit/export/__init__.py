@@ -1,4 +1,5 @@
-"""Foreign model formats: fairseq checkpoints in and out, CTranslate2 out. The model itself knows none of them."""
+"""Our models written out in other formats: CTranslate2, fairseq, Hugging Face Marian, and our own model folder.
+The model itself knows none of them; importers/ holds the other direction."""
 
 
 def nonstandard_head_dim(cfg):

@@ -172,7 +172,7 @@ def export(checkpoint: str, task, output_dir, quantization: str = "none", overwr
     import ctranslate2
 
     from nmt_toolkit.loading import load_models
-    from nmt_toolkit.training.checkpoints import task_dictionaries
+    from nmt_toolkit.checkpoints import task_dictionaries
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
@@ -223,7 +223,7 @@ def _write_beside_model(folder: str, task, record: dict, multilingual: bool) -> 
 def _multilingual_config(task) -> Optional[dict]:
     """A multilingual task's languages, the task options that decode it (``task``) and, for CTranslate2's
     config.json, the directions and where each language's token goes (``multilingual``); None for others."""
-    from nmt_toolkit.export.folder_export import multilingual_record
+    from nmt_toolkit.export.folder import multilingual_record
     from nmt_toolkit.model_folder import multilingual_task_options
     from nmt_toolkit.tasks.multilingual import language_token
 

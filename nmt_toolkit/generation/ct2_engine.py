@@ -123,7 +123,7 @@ class CTranslate2Generator:
 
     def _check_dictionaries(self, folder: str, record: dict) -> None:
         from nmt_toolkit.data.dictionary import Dictionary
-        from nmt_toolkit.training.checkpoints import dictionary_mismatch, fingerprint
+        from nmt_toolkit.checkpoints import dictionary_mismatch, fingerprint
 
         for side, mine in (("source", self.src_dict), ("target", self.tgt_dict)):
             name = record.get("dictionaries", {}).get(side)

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import torch
 
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.training.checkpoints import dictionary_mismatch, load_checkpoint, save_checkpoint
+from nmt_toolkit.checkpoints import dictionary_mismatch, load_checkpoint, save_checkpoint
 from nmt_toolkit.training.state import TrainState
 
 _UPDATE_NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")

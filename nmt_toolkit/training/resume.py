@@ -6,7 +6,7 @@ import logging
 from typing import Any, Optional
 
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.training import checkpoints as ckpt_io
+from nmt_toolkit import checkpoints as ckpt_io
 from nmt_toolkit.training.state import TrainState
 
 logger = logging.getLogger("nmt_toolkit.train")

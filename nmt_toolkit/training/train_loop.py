@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from nmt_toolkit.config import dump_yaml, to_dict
 from nmt_toolkit.errors import NmtError
-from nmt_toolkit.training import checkpoints as ckpt_io
+from nmt_toolkit import checkpoints as ckpt_io
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.components import (Components, build_components, describe, device_for,
                                              load_data, precision_of, seed_everything)

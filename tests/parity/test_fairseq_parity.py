@@ -1,6 +1,6 @@
 """Parity with real fairseq, from numbers fairseq itself recorded (``make_fixtures.py``; see README.md).
 
-fairseq's freshly initialised weights are copied into our model (:mod:`nmt_toolkit.export.fairseq_import`), the
+fairseq's freshly initialised weights are copied into our model (:mod:`nmt_toolkit.importers.fairseq`), the
 recorded batches are collated by our own collater (right-padded sources; fairseq left-pads them), and our
 criterion, Adam, schedule and :class:`~nmt_toolkit.training.trainer.Trainer` run on them. No fairseq import:
 these tests run in CI from the fixtures.
@@ -18,7 +18,7 @@ from nmt_toolkit.criterions import build_criterion
 from nmt_toolkit.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyConfig
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.pair_dataset import collate
-from nmt_toolkit.export.fairseq_import import convert_state_dict
+from nmt_toolkit.importers.fairseq import convert_state_dict
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
 from nmt_toolkit.optim import build_lr_scheduler, build_optimizer
 from nmt_toolkit.optim.lr_schedulers import InverseSqrtConfig

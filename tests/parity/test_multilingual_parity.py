@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nmt_toolkit.data.pair_dataset import collate
-from nmt_toolkit.export.fairseq_import import convert_state_dict
+from nmt_toolkit.importers.fairseq import convert_state_dict
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
 from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
 from tests.parity.test_fairseq_parity import _trainer
@@ -120,8 +120,8 @@ def test_nmt_generate_decodes_fairseqs_checkpoint_as_fairseq_generate(tmp_path, 
 
 def test_an_unsupported_option_of_fairseqs_task_is_refused_by_name():
     from nmt_toolkit.errors import NmtError
-    from nmt_toolkit.export import fairseq_pickle
-    from nmt_toolkit.export.fairseq_import import converted
+    from nmt_toolkit.importers import fairseq_pickle
+    from nmt_toolkit.importers.fairseq import converted
 
     state = fairseq_pickle.read(str(HERE / "checkpoint.pt"))
     assert converted(state, "ck.pt")["config"]["task"]["lang_pairs"] == PAIRS

@@ -131,7 +131,7 @@ MARIAN_FIXTURE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "
 def tiny_model_folder(root) -> pathlib.Path:
     """``root``, holding ``model`` (the Marian fixture imported: a model folder with sentencepiece models) and
     ``raw.en`` (two sentences), for tests that craft model folders and decode raw text with them."""
-    from nmt_toolkit.export.marian_import import import_marian
+    from nmt_toolkit.importers.marian import import_marian
 
     root = pathlib.Path(root)
     import_marian(str(MARIAN_FIXTURE), str(root / "model"))

@@ -23,7 +23,7 @@ import typing
 
 import pytest
 
-from nmt_toolkit.export.marian_import import OTHER_KEYS, SHARED_FIELDS, import_marian
+from nmt_toolkit.importers.marian import OTHER_KEYS, SHARED_FIELDS, import_marian
 from nmt_toolkit.models.transformer import TransformerConfig
 from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, record_in_manifest,
                                        run_in_process, snapshot, tiny_model_folder)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.export.marian_import import import_marian
+from nmt_toolkit.importers.marian import import_marian
 from tests.reliability.harness import (MARIAN_FIXTURE, assert_refused, assert_unchanged, record_in_manifest,
                                        run_in_process, snapshot, tiny_model_folder)
 

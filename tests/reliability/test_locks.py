@@ -98,7 +98,7 @@ def test_torchrun_ranks_other_than_0_take_no_lock(tiny_bin, tmp_path, monkeypatc
     import contextlib
 
     from nmt_toolkit.cli.train import save_dir_lock
-    from nmt_toolkit.training.checkpoints import prepare_save_dir
+    from nmt_toolkit.checkpoints import prepare_save_dir
     from nmt_toolkit.training.distributed import DistInfo
     from nmt_toolkit.training.options import CheckpointConfig
 

@@ -6,7 +6,7 @@ import pytest
 
 from nmt_toolkit.data.trees import TreeError, parse_tree
 from nmt_toolkit.scoring.parseval import ERROR, evaluate
-from nmt_toolkit.tasks.parsing import (
+from nmt_toolkit.data.linearised_trees import (
     delinearise, linearise_tree, preprocess_tree, read_treebank, restore_pos_tags,
 )
 

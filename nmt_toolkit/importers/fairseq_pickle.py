@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.training.checkpoints import TORCHSCRIPT_REFUSAL
+from nmt_toolkit.checkpoints import TORCHSCRIPT_REFUSAL
 
 _TORCH = {("torch._utils", n) for n in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter",
                                           "_rebuild_parameter_with_state")}

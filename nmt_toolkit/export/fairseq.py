@@ -1,6 +1,6 @@
 """Our transformer → a fairseq 0.12 checkpoint that ``fairseq-generate`` loads and decodes.
 
-The weights are :func:`nmt_toolkit.export.fairseq_import.convert_state_dict` run backwards (fused projections
+The weights are :func:`nmt_toolkit.importers.fairseq.convert_state_dict` run backwards (fused projections
 split into Q, K, V; norms renamed). The options are written as an ``argparse.Namespace`` under ``args``,
 the layout of fairseq's published models, which every fairseq version reads (it rebuilds its ``cfg``
 from it). Positions: a model with fairseq's sinusoid layout is exported as fairseq's sinusoidal module; the
@@ -133,7 +133,7 @@ def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
     from nmt_toolkit.config import from_dict
     from nmt_toolkit.models.transformer import TransformerConfig
     from nmt_toolkit.loading import load_any_checkpoint
-    from nmt_toolkit.training.checkpoints import check_task_dictionaries
+    from nmt_toolkit.checkpoints import check_task_dictionaries
 
     output = as_output(output_dir, FAIRSEQ_FOLDER, overwrite)
     state = load_any_checkpoint(checkpoint)  # ours, or a model folder's weights and config

@@ -19,7 +19,7 @@ def export(checkpoint: str, task, output_dir, overwrite: bool = False, made_by: 
     ``output_dir`` (a path, or an output a program claimed already); returns what was written (the
     manifest's main entries)."""
     from nmt_toolkit.loading import load_models
-    from nmt_toolkit.training.checkpoints import task_dictionaries
+    from nmt_toolkit.checkpoints import task_dictionaries
 
     output_dir = as_output(output_dir, MODEL_FOLDER, overwrite)  # refused before the model is read
     src, tgt, langs, _ = task_dictionaries(task)

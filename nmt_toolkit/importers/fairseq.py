@@ -263,10 +263,10 @@ def is_fairseq_checkpoint(state: dict) -> bool:
     return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state) and "config" not in state
 
 
-def load_checkpoint(path: str) -> dict:
+def load_fairseq_checkpoint(path: str) -> dict:
     """A fairseq checkpoint read safely (:mod:`.fairseq_pickle`) and converted to one of ours: ``model`` (our
     parameter names), ``config`` (``components.model = transformer`` and the model options), ``version``."""
-    from nmt_toolkit.export import fairseq_pickle
+    from nmt_toolkit.importers import fairseq_pickle
 
     return converted(fairseq_pickle.read(path), path)
 
@@ -275,7 +275,7 @@ def converted(state: dict, path: str) -> dict:
     """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.read`) as one of ours."""
     from dataclasses import asdict
 
-    from nmt_toolkit.training.checkpoints import VERSION
+    from nmt_toolkit.checkpoints import VERSION
 
     if not is_fairseq_checkpoint(state):
         raise NmtError(f"{path}: not a fairseq checkpoint (no model with cfg or args)")

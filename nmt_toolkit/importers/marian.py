@@ -20,7 +20,7 @@ refused in one line naming the ``config.json`` key.
 
 Nothing is written until the whole result is known to load: every key read from config.json has its JSON type
 and the range :class:`TransformerConfig` declares for the option it becomes, the converted weights have the
-shapes the resulting config builds and finite float values (:func:`nmt_toolkit.loading.check_state_dict`, the
+shapes the resulting config builds and finite float values (:func:`nmt_toolkit.models.state_dict_checks.check_state_dict`, the
 loader's own checks), the sentencepiece models load, the languages are language codes and a default tag is a
 tag of the vocabulary. A file of the folder that is a link leading out of it is refused
 (:mod:`nmt_toolkit.data.folder_files`), as are JSON files nested too deep or holding absurd integers
@@ -455,7 +455,7 @@ def languages(path: str, tokenizer_config: dict, source_lang: Optional[str], tar
 def checked_result(path: str, model_config: dict, state: dict, src_dict, tgt_dict) -> None:
     """The converted model as every program will load it (the loader's checks: a model the config builds,
     tensors of its names and shapes, finite float values), before anything is written."""
-    from nmt_toolkit.loading import check_state_dict
+    from nmt_toolkit.models.state_dict_checks import check_state_dict
     from nmt_toolkit.registry import import_builtin_components
 
     import_builtin_components()

@@ -179,7 +179,7 @@ def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
     folder at ``output_dir`` (a path, or an output a program claimed already), atomically: a staging folder
     swapped in when complete (:class:`~nmt_toolkit.outputs.FolderOutput`)."""
     from nmt_toolkit.models.transformer import TransformerModel
-    from nmt_toolkit.training.checkpoints import task_dictionaries
+    from nmt_toolkit.checkpoints import task_dictionaries
 
     output = as_output(output_dir, MARIAN_FOLDER, overwrite)
     src, tgt, langs, _ = task_dictionaries(task)

@@ -5,14 +5,14 @@ layers with a final layer norm after each stack (``--normalize-before``), embedd
 (unless ``scale_embedding`` is false: ``--no-scale-embedding``), fairseq's sinusoids counted from
 ``padding_idx + 1`` (``--sinusoid-layout fairseq``), one embedding matrix for encoder, decoder and output
 (``--share-all-embeddings``) and decoding from ``</s>``. The layers map weight for weight as the Marian
-import maps them (:func:`~nmt_toolkit.export.marian_import.convert_state_dict`), plus the two final norms.
+import maps them (:func:`~nmt_toolkit.importers.marian.convert_state_dict`), plus the two final norms.
 
 Vocabulary: ``vocab.json`` holds fairseq's dictionary (``<s> <pad> </s> <unk>`` first, then the
 sentencepiece pieces); ``M2M100Tokenizer`` gives the language tokens ``__en__`` … the ids after it, in the
 order of its language-code list (``tokenizer_config.json`` ``language_codes``: ``m2m100``'s 100 codes or
 ``wmt21``'s 8), and the embedding matrix has a few more rows that no token names (fairseq pads its
 dictionary with ``madeupword0000`` …, the names they get here). The rows are put in our dictionary order
-(:func:`~nmt_toolkit.export.marian_import.dictionary_order`, the identity for fairseq's order). NLLB-200's
+(:func:`~nmt_toolkit.importers.marian.dictionary_order`, the identity for fairseq's order). NLLB-200's
 dense models are the same architecture with an ``NllbTokenizer``: no vocab.json, the sentencepiece pieces
 at their id + 1 after the same four symbols, and the language codes (``eng_Latn``) and ``<mask>`` at the ids
 the tokenizer's files record (:func:`nllb_vocabulary`).
@@ -36,7 +36,7 @@ from nmt_toolkit.data.folder_files import member
 from nmt_toolkit.data.language_codes import check_language_code
 from nmt_toolkit.data.subword import load_codec
 from nmt_toolkit.errors import DataError
-from nmt_toolkit.export.marian_import import (_json, _refuse, _vocab, checked_result, convert_state_dict,
+from nmt_toolkit.importers.marian import (_json, _refuse, _vocab, checked_result, convert_state_dict,
                                               dictionary_order, read_weights, shared_fields)
 
 #: M2M100Tokenizer's language-code lists (``language_codes`` of tokenizer_config.json), in id order
