@@ -141,7 +141,7 @@ def shown_value(value: Any, limit: int = 40) -> str:
 
 def check_choice(f: dataclasses.Field, value: Any, what: str, error: type = UsageError) -> None:
     """Refuse a value that is not one of ``f``'s declared choices (each item of a list), naming ``what``: the
-    flag's own check (click.Choice) for values that never passed through click (YAML, dicts, code)."""
+    one check of a choice, whether it came from a flag, YAML, a dict or code."""
     choices = f.metadata.get("choices")
     if not choices or value is None:
         return
@@ -336,6 +336,14 @@ class _HelpSectionsCommand(click.Command):
                 formatter.write_dl(rest)
 
 
+class _ListedChoice(click.Choice):
+    """A choice option's values for the shell's completion; the value itself is checked by
+    :func:`check_choice` with every other source's values (YAML, dicts, code), so a flag's error is theirs."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        return value
+
+
 def click_params(cls: type) -> list[click.Parameter]:
     """The click options (and positional arguments) of one config dataclass."""
     hints = _resolved_hints(cls)
@@ -349,7 +357,7 @@ def click_params(cls: type) -> list[click.Parameter]:
             params.append(click.Argument([f.name], required=default is None and f.default is MISSING,
                                          default=None, metavar=(meta.get("metavar") or f.name.upper())))
             continue
-        choice = click.Choice(list(meta["choices"])) if meta.get("choices") else None
+        choice = _ListedChoice(list(meta["choices"])) if meta.get("choices") else None
         if tp is bool and not meta.get("multiple"):
             name = flag_name(f)
             if default:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.beam_search import SequenceGenerator, length_penalty
 from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel
@@ -418,7 +419,7 @@ def test_generator_rejects_an_nbest_larger_than_the_beam_and_unknown_rules():
     model = make_model(d, 1)
     with pytest.raises(ValueError, match="nbest"):
         SequenceGenerator([model], d, GenerationConfig(beam=2, nbest=3))
-    with pytest.raises(ValueError, match="early_stop"):
+    with pytest.raises(UsageError, match="^--early-stop sometimes: must be one of bound, beam, never$"):
         SequenceGenerator([model], d, GenerationConfig(early_stop="sometimes"))
 
 

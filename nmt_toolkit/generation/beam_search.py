@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from nmt_toolkit.config import check_ranges
 from nmt_toolkit.device_policy import reorder_in_place, sdpa_backends
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
@@ -92,17 +93,9 @@ class SequenceGenerator:
         self.pad, self.eos, self.unk = tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()
         self.start = decoder_start(self.model.models, tgt_dict)
         self.vocab_size = len(tgt_dict)
-        if cfg.max_len_source not in ("sentence", "batch"):
-            raise ValueError(f"unknown max_len_source {cfg.max_len_source!r} (choices: sentence, batch)")
-        if cfg.early_stop not in ("bound", "beam", "never"):
-            raise ValueError(f"unknown early_stop {cfg.early_stop!r} (choices: bound, beam, never)")
+        check_ranges(cfg)  # a config built in code: its choices and ranges, as the flags check them
         if not 1 <= cfg.nbest <= cfg.beam:
             raise ValueError(f"nbest must be between 1 and the beam size ({cfg.beam}), got {cfg.nbest}")
-        length_penalty(1.0, cfg.lenpen, cfg.lenpen_style)  # validates the style
-        if cfg.forced_prefix_score not in ("model", "zero"):
-            raise ValueError(f"unknown forced_prefix_score {cfg.forced_prefix_score!r} (choices: model, zero)")
-        if cfg.static_search not in ("auto", "on", "off"):
-            raise ValueError(f"unknown static_search {cfg.static_search!r} (choices: auto, on, off)")
         self.cfg = cfg
         self.strategy = make_strategy(cfg, seed, self._device())
         self._static = None

@@ -23,8 +23,6 @@ from nmt_toolkit.modules.layers import TransformerDecoderLayer, TransformerEncod
 from nmt_toolkit.modules.positional import build_positional_embedding
 from nmt_toolkit.registry import register_architecture, register_model
 
-UNBOUNDED_POSITIONS = 1_000_000  # sinusoidal encodings are computed for any length
-
 
 @dataclass
 class TransformerConfig:
@@ -76,14 +74,6 @@ class TransformerConfig:
         if (self.key_dim is None or self.value_dim is None) and self.embed_dim % self.attention_heads:
             raise UsageError(f"--embed-dim {self.embed_dim} is not divisible by --attention-heads "
                              f"{self.attention_heads}; set --key-dim and --value-dim explicitly")
-        if self.activation_fn not in ("relu", "gelu", "silu"):
-            raise UsageError(f"--activation-fn {self.activation_fn}: expected relu, gelu or silu")
-        if self.sinusoid_layout not in ("paper", "fairseq", "marian"):
-            raise UsageError(f"--sinusoid-layout {self.sinusoid_layout}: expected paper, fairseq or marian")
-        if self.decoder_start not in ("eos", "pad"):
-            raise UsageError(f"--decoder-start {self.decoder_start}: expected eos or pad")
-        if self.positional_embeddings not in ("sinusoidal", "learned"):
-            raise UsageError(f"--positional-embeddings {self.positional_embeddings}: expected sinusoidal or learned")
 
 
 def _embedding(num: int, dim: int, pad: int) -> nn.Embedding:

@@ -16,6 +16,8 @@ from unittest import mock
 import pytest
 
 from nmt_toolkit import config, registry
+from nmt_toolkit.generation.translator import Translator
+from nmt_toolkit.models.transformer import TransformerConfig
 from tests.reliability.harness import assert_refused, assert_unchanged, run_in_process, snapshot
 from tests.train_helpers import TINY, make_bin
 
@@ -177,6 +179,33 @@ def test_a_config_file_value_outside_the_range_names_the_file_and_key(world, pro
     name = key if key not in ("generation", "optimization") else text[1:].split(":")[0]
     assert_refused(result, f"--config {path}: {name} ", "must be", status=2)
     assert_unchanged(before, root)
+
+
+@pytest.mark.parametrize("prog, flag, key, choices", [
+    ("nmt-generate", "--early-stop", "early_stop", "bound, beam, never"),
+    ("nmt-train", "--activation-fn", "activation_fn", "relu, gelu, silu"),
+])
+def test_an_unknown_choice_is_one_error_line_whether_flag_config_file_or_code(world, prog, flag, key, choices):
+    """One check of a choice (config.check_choice) for every source, so each names the value and the choices in
+    the same words; only where the value came from differs."""
+    root, data, ck = world
+    args, stdin = base_args(prog, root, data, ck)
+    path = root / "choice.yaml"
+    path.write_text(f"{key}: bogus\n")
+    before = snapshot(root)
+    by_flag = assert_refused(run_in_process(prog, [*args, flag, "bogus"], stdin=stdin), status=2)
+    by_file = assert_refused(run_in_process(prog, [*args, "--config", path], stdin=stdin), status=2)
+    assert by_flag == f"{prog}: error: {flag} bogus: must be one of {choices}"
+    assert by_file == f"{prog}: error: --config {path}: {key} bogus: must be one of {choices}"
+    assert_unchanged(before, root)
+    if key == "early_stop":
+        with pytest.raises(config.NmtError) as loaded:
+            Translator.load(str(ck), data=str(data), early_stop="bogus")
+        assert str(loaded.value) == f"Translator: early_stop bogus: must be one of {choices}"
+    else:  # a model config built in code is checked by its validate(), as the flag is
+        with pytest.raises(config.UsageError) as built:
+            TransformerConfig(activation_fn="bogus").validate()
+        assert str(built.value) == f"{flag} bogus: must be one of {choices}"
 
 
 def test_help_shows_the_range():
