@@ -3,11 +3,13 @@ shape, every value a finite float. The loader checks what it reads (``loading.py
 converted before writing anything, so a file that decodes garbage never gets as far as a program's output."""
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import torch
 
 from nmt_toolkit.errors import DataError
+from nmt_toolkit.models import build_model_from_config_dict
 
 
 def check_state_dict(path: str, config: dict, weights: dict, src_dict, tgt_dict) -> None:
@@ -15,35 +17,55 @@ def check_state_dict(path: str, config: dict, weights: dict, src_dict, tgt_dict)
     importers check what they converted before writing anything): the config builds a model (on the meta
     device: no memory, however large it says the model is), every tensor has that model's name and shape, and
     every value is a finite float. ``path`` names the source in the messages."""
-    from nmt_toolkit.models import build_model_from_config_dict
-
     with torch.device("meta"):
         expected = build_model_from_config_dict(config, src_dict, tgt_dict, what=path).state_dict()
     check_shapes(path, expected, weights, config, src_dict, tgt_dict, ())
     check_values(path, expected, weights)
 
 
+@dataclass
+class ShapeDifferences:
+    """How a file's tensors differ from a model's: ``differing`` lists, in the model's order, each tensor the
+    file lacks (its shape there None) or holds with another shape, as ``(name, shape in the file, shape the
+    model needs)``; ``unexpected`` the file's tensors the model does not have."""
+
+    differing: list[tuple[str, Optional[tuple], tuple]]
+    unexpected: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.differing or self.unexpected)
+
+
+def shape_differences(expected: dict, found: dict) -> ShapeDifferences:
+    """The one comparison of a state dict with the model's (``expected``): loading a checkpoint to decode or
+    export, and restoring one into a training run, read the same answer."""
+    differing = [(key, tuple(found[key].shape) if key in found else None, tuple(tensor.shape))
+                 for key, tensor in expected.items()
+                 if key not in found or tuple(found[key].shape) != tuple(tensor.shape)]
+    return ShapeDifferences(differing, [k for k in found if k not in expected])
+
+
 def check_shapes(path: str, expected: dict, weights: dict, config: dict, src_dict, tgt_dict,
                  dict_files: Sequence[str]) -> None:
     """The file's tensors against the model its config builds; a vocabulary-sized difference is a wrong
     dictionary, any other an edited or mixed file."""
-    for key, tensor in expected.items():
-        if key not in weights:
+    differences = shape_differences(expected, weights)
+    if differences.differing:
+        key, got, want = differences.differing[0]
+        if got is None:
             raise DataError(f"{path}: tensor {key!r} is missing from the checkpoint")
-        got, want = tuple(weights[key].shape), tuple(tensor.shape)
-        if got != want:
-            differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
-            if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
-                files = " and ".join(dict_files) or "the data-bin dictionaries"
-                raise DataError(
-                    f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
-                    f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
-                    f"data-bin folder the model was trained on")
-            raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
-                            f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
-    unexpected = [k for k in weights if k not in expected]
-    if unexpected:
-        raise DataError(f"{path}: unexpected tensor {unexpected[0]!r} for a {config['components']['model']} model")
+        differ = [w for g, w in zip(got, want) if g != w] if len(got) == len(want) else [None]
+        if all(w in (len(src_dict), len(tgt_dict)) for w in differ):  # only vocabulary-sized dims differ
+            files = " and ".join(dict_files) or "the data-bin dictionaries"
+            raise DataError(
+                f"{path}: wrong dictionary: tensor {key!r} has shape {got} but the model built from {files} "
+                f"({len(src_dict)} source / {len(tgt_dict)} target symbols) needs {want}; decode with the "
+                f"data-bin folder the model was trained on")
+        raise DataError(f"{path}: tensor {key!r} has shape {got} but the configuration stored with it builds "
+                        f"{want}: the file's weights and configuration disagree (edited or mixed by hand?)")
+    if differences.unexpected:
+        raise DataError(f"{path}: unexpected tensor {differences.unexpected[0]!r} for a "
+                        f"{config['components']['model']} model")
 
 
 def check_values(path: str, expected: dict, weights: dict) -> None:

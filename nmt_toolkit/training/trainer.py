@@ -23,6 +23,7 @@ import torch
 
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.device_policy import sdpa_backends
+from nmt_toolkit.models.state_dict_checks import shape_differences
 from nmt_toolkit.training import distributed
 from nmt_toolkit.training.state import get_rng_state
 from nmt_toolkit.training.step_stats import STAT_KEYS as _STAT_KEYS, PendingRows, summed_stats
@@ -54,15 +55,15 @@ def describe_mismatch(expected: dict, found: dict) -> str:
     ``"encoder.embed_tokens.weight is [40, 64] in the checkpoint but [40, 32] with these options (and 11
     more shapes)"``; missing and unexpected names likewise. Empty when they fit.
     """
-    shapes = [k for k in expected if k in found and tuple(found[k].shape) != tuple(expected[k].shape)]
-    missing = [k for k in expected if k not in found]
-    unexpected = [k for k in found if k not in expected]
+    differences = shape_differences(expected, found)
+    shapes = [(k, got, want) for k, got, want in differences.differing if got is not None]
+    missing = [k for k, got, _ in differences.differing if got is None]
+    unexpected = differences.unexpected
     parts = []
     if shapes:
-        k = shapes[0]
+        k, got, want = shapes[0]
         more = f" (and {len(shapes) - 1} more shapes)" if len(shapes) > 1 else ""
-        parts.append(f"{k} is {list(found[k].shape)} in the checkpoint but {list(expected[k].shape)} with these "
-                     f"options{more}")
+        parts.append(f"{k} is {list(got)} in the checkpoint but {list(want)} with these options{more}")
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         parts.append(f"the checkpoint lacks {missing[0]}{more}")
