@@ -20,6 +20,7 @@ from typing import Any, Optional
 import torch
 
 from nmt_toolkit import outputs
+from nmt_toolkit.data.dictionary import fingerprint_mismatch
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
 from nmt_toolkit.outputs import TEMP_SUFFIX
 
@@ -105,23 +106,18 @@ def load_checkpoint(path: str, map_location: Any = "cpu") -> dict:
 # --------------------------------------------------------------------------- what a checkpoint was trained on
 
 
-def fingerprint(dictionary, lang: Optional[str] = None) -> dict:
-    """A dictionary's identity: its size and the sha256 of its symbols in order (counts do not change a
-    model), with the language it stands for. Two dictionaries of one size but other symbols differ here,
-    where a tensor shape check cannot see them."""
-    return {"lang": lang, "size": len(dictionary), "sha256": dictionary.checksum()}
-
-
 def dictionaries_record(src_dict, tgt_dict, source_lang: Optional[str], target_lang: Optional[str]) -> dict:
-    """The ``dictionaries`` entry of a checkpoint: ``{"source": fingerprint, "target": fingerprint}``."""
-    return {"source": fingerprint(src_dict, source_lang), "target": fingerprint(tgt_dict, target_lang)}
+    """The ``dictionaries`` entry of a checkpoint: each side's :meth:`~nmt_toolkit.data.dictionary.Dictionary.fingerprint`
+    with the language it stands for."""
+    return {"source": {"lang": source_lang, **src_dict.fingerprint()},
+            "target": {"lang": target_lang, **tgt_dict.fingerprint()}}
 
 
 def check_dictionaries(state: dict, what: str, src_dict, tgt_dict, langs=(None, None), dict_files=(None, None)) -> None:
     """Refuse a checkpoint trained on other dictionaries or the other language direction, by name.
 
-    ``what`` names the checkpoint, ``dict_files`` the data-bin's dictionary files. A checkpoint without the
-    record (written before it existed, or imported from fairseq) passes: the tensor shape check remains.
+    ``what`` names the checkpoint, ``dict_files`` the data-bin's dictionary files. A checkpoint that records no
+    dictionaries (fairseq's record none) passes: the tensor shape check remains.
     """
     recorded = state.get("dictionaries") if isinstance(state, dict) else None
     if not isinstance(recorded, dict):
@@ -132,7 +128,7 @@ def check_dictionaries(state: dict, what: str, src_dict, tgt_dict, langs=(None, 
         raise DataError(f"{what}: trained to translate {pair[0]}→{pair[1]}, but the data-bin is {langs[0]}→{langs[1]}; "
                         f"use a {pair[0]}→{pair[1]} data-bin (or --source-lang {pair[0]} --target-lang {pair[1]})")
     for side, file in zip(("source", "target"), dict_files):
-        problem = dictionary_mismatch(recorded.get(side), mine[side])
+        problem = fingerprint_mismatch(recorded.get(side), mine[side])
         if problem:
             where = file or f"the data-bin's {side} dictionary"
             raise DataError(f"{what}: wrong dictionary: the checkpoint's {side} dictionary differs from {where} "
@@ -142,8 +138,7 @@ def check_dictionaries(state: dict, what: str, src_dict, tgt_dict, langs=(None, 
 def task_dictionaries(task) -> tuple:
     """``(src_dict, tgt_dict, langs, dict_files)`` of a translation task, as :func:`check_dictionaries` takes them."""
     langs = (task.cfg.source_lang, task.cfg.target_lang)
-    files = tuple(os.path.join(task.cfg.data, f"dict.{lang}.txt") for lang in langs)
-    return task.source_dictionary, task.target_dictionary, langs, files
+    return task.source_dictionary, task.target_dictionary, langs, task.dictionary_files()
 
 
 def check_task_dictionaries(state: dict, what: str, task) -> None:
@@ -154,16 +149,6 @@ def check_task_dictionaries(state: dict, what: str, task) -> None:
 def task_dictionaries_record(task) -> dict:
     src, tgt, langs, _ = task_dictionaries(task)
     return dictionaries_record(src, tgt, *langs)
-
-
-def dictionary_mismatch(recorded: Optional[dict], current: dict) -> Optional[str]:
-    """How two fingerprints differ (``None`` when they agree or one is unknown), for an error message."""
-    if not isinstance(recorded, dict) or not recorded.get("sha256") or not current.get("sha256"):
-        return None
-    if recorded["sha256"] == current["sha256"]:
-        return None
-    return (f"{recorded.get('size')} symbols, sha256 {str(recorded['sha256'])[:12]}… against "
-            f"{current.get('size')} symbols, sha256 {str(current['sha256'])[:12]}…")
 
 
 def check_data_position(position: int, batches_per_epoch: int, path: str, data: str) -> None:

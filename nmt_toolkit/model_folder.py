@@ -10,8 +10,8 @@ described by ``manifest.json``; the unit people download, share, serve and fine-
       dict.<src>.txt dict.<tgt>.txt   (a multilingual folder: one dict.txt, the joint dictionary)
       spm.model | source.spm target.spm | bpe.codes | source.bpe target.bpe   (none for scheme "none")
 
-A dictionary's ``size`` and ``sha256`` are those of :meth:`Dictionary.checksum` (the symbols in index order,
-what decides the ids), the identity checkpoints and data-bins record: a folder can be compared with either.
+A dictionary's ``size`` and ``sha256`` are its :meth:`Dictionary.fingerprint` (the sha256 of the symbols in index
+order, what decides the ids), the identity checkpoints and data-bins record: a folder can be compared with either.
 Every file the manifest names is a plain name inside the folder, and none is a link leading out of it; nothing
 outside it is ever read. The manifest's ``files`` records the size and sha256 of every other file: reading
 checks them for config.json and the subword models (another sentencepiece model segments otherwise, with no
@@ -36,7 +36,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Optional
 
-from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.dictionary import Dictionary, fingerprint_mismatch
 from nmt_toolkit.data.folder_files import member
 from nmt_toolkit.data.json_files import read_json_object
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, is_language_code
@@ -315,7 +315,7 @@ def _write_dictionaries(folder: str, src_dict: Dictionary, tgt_dict: Dictionary,
                         target_lang: Optional[str], joint: bool = False) -> dict:
     if joint:  # a multilingual model: one dictionary, every language's token in it
         src_dict.save(os.path.join(folder, JOINT_DICTIONARY))
-        entry = {"file": JOINT_DICTIONARY, "size": len(src_dict), "sha256": src_dict.checksum()}
+        entry = {"file": JOINT_DICTIONARY, **src_dict.fingerprint()}
         return {"source": entry, "target": dict(entry)}
     entries = {}
     for role, dictionary, lang in (("source", src_dict, source_lang), ("target", tgt_dict, target_lang)):
@@ -323,7 +323,7 @@ def _write_dictionaries(folder: str, src_dict: Dictionary, tgt_dict: Dictionary,
         if role == "target" and name == entries["source"]["file"]:
             name = f"dict.target.{lang}.txt"  # one language on both sides: two files all the same
         dictionary.save(os.path.join(folder, name))
-        entries[role] = {"file": name, "size": len(dictionary), "sha256": dictionary.checksum()}
+        entries[role] = {"file": name, **dictionary.fingerprint()}
     return entries
 
 
@@ -511,10 +511,10 @@ def _read_dictionary(folder: str, manifest: dict, role: str) -> Dictionary:
     entry = manifest["dictionaries"][role]
     path = os.path.join(folder, entry["file"])
     dictionary = Dictionary.load(path)
-    if entry.get("sha256") != dictionary.checksum() or entry.get("size") != len(dictionary):
-        raise DataError(f"{path}: the {role} dictionary differs from the one the manifest records ({len(dictionary)} "
-                        f"symbols, sha256 {dictionary.checksum()[:12]}… against {entry.get('size')} symbols, sha256 "
-                        f"{str(entry.get('sha256'))[:12]}…): the file was edited or replaced")
+    problem = fingerprint_mismatch(dictionary.fingerprint(), entry, required=True)
+    if problem:
+        raise DataError(f"{path}: the {role} dictionary differs from the one the manifest records ({problem}): the "
+                        f"file was edited or replaced")
     return dictionary
 
 

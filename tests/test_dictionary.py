@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from collections import Counter
 
-from nmt_toolkit.data.dictionary import Dictionary
+from nmt_toolkit.data.dictionary import Dictionary, fingerprint_mismatch
 from nmt_toolkit.errors import DataError
 
 
@@ -49,6 +49,46 @@ def test_checksum_follows_the_ids_not_the_counts():
     swapped = Dictionary.from_counts(Counter({"a": 1, "b": 5}), padding_factor=1)
     assert a.checksum() == b.checksum() == hashlib.sha256("<s>\n<pad>\n</s>\n<unk>\na\nb".encode()).hexdigest()
     assert swapped.checksum() != a.checksum()
+
+
+def test_one_fingerprint_and_one_comparison_for_every_record():
+    """Checkpoints, manifests and preprocess.json record ``{size, sha256}``; a data-bin's ``checksum`` key is the
+    same digest; a record without a digest (fairseq's checkpoints) agrees unless one is required."""
+    import hashlib
+
+    a = Dictionary.from_counts(Counter({"a": 10, "b": 5}), padding_factor=1)
+    swapped = Dictionary.from_counts(Counter({"a": 1, "b": 5}), padding_factor=1)
+    digest = hashlib.sha256("<s>\n<pad>\n</s>\n<unk>\na\nb".encode()).hexdigest()
+    other = hashlib.sha256("<s>\n<pad>\n</s>\n<unk>\nb\na".encode()).hexdigest()
+    assert a.fingerprint() == {"size": 6, "sha256": digest}
+    assert fingerprint_mismatch({"lang": "en", "size": 6, "sha256": digest}, a.fingerprint()) is None
+    assert fingerprint_mismatch({"file": "dict.en.txt", "size": 6, "checksum": digest}, a.fingerprint()) is None
+    assert fingerprint_mismatch(a.fingerprint(), swapped.fingerprint()) == (
+        f"6 symbols, sha256 {digest[:12]}… against 6 symbols, sha256 {other[:12]}…")
+    assert fingerprint_mismatch({"size": 6, "checksum": other}, a.fingerprint()).startswith(f"6 symbols, sha256 {other[:12]}")
+    assert fingerprint_mismatch(None, a.fingerprint()) is None and fingerprint_mismatch({}, a.fingerprint()) is None
+    assert fingerprint_mismatch(a.fingerprint(), {"file": "dict.txt"}, required=True) == (
+        f"6 symbols, sha256 {digest[:12]}… against None symbols, sha256 None…")
+    assert fingerprint_mismatch(a.fingerprint(), {"size": 7, "sha256": digest}, required=True) is not None
+
+
+def test_an_export_with_other_dictionaries_is_refused_by_the_ctranslate2_engine(tmp_path):
+    """The engine compares the export's dictionary files with the data-bin's through the same fingerprints."""
+    from types import SimpleNamespace
+
+    from nmt_toolkit.generation.ct2_engine import CTranslate2Generator
+
+    mine = Dictionary.from_counts(Counter({"a": 10, "b": 5}), padding_factor=1)
+    theirs = Dictionary.from_counts(Counter({"a": 1, "b": 5}), padding_factor=1)
+    mine.save(str(tmp_path / "source_vocabulary.txt"))
+    theirs.save(str(tmp_path / "target_vocabulary.txt"))
+    record = {"dictionaries": {"source": "source_vocabulary.txt", "target": "target_vocabulary.txt"}}
+    engine = SimpleNamespace(src_dict=mine, tgt_dict=mine)
+    with pytest.raises(DataError, match=r"target_vocabulary\.txt: wrong dictionary: the exported model's target "
+                                        r"dictionary differs from the data-bin's \(6 symbols, sha256 [0-9a-f]{12}… "
+                                        r"against 6 symbols"):
+        CTranslate2Generator._check_dictionaries(engine, str(tmp_path), record)
+    CTranslate2Generator._check_dictionaries(SimpleNamespace(src_dict=mine, tgt_dict=theirs), str(tmp_path), record)
 
 
 def test_fairseq_overwrite_lines_append_a_slot_as_fairseq_does(tmp_path):

@@ -182,3 +182,17 @@ def test_programs_that_read_one_language_pair_refuse_it_in_one_line(model, folde
     assert capsys.readouterr().err.strip().splitlines() == [
         f"nmt-export: error: --format marian: {folder} is a multilingual model (de, en, fr); it exports as --format "
         f"folder or ctranslate2, which keep its language tokens"]
+
+
+def test_a_checkpoint_on_other_dictionaries_names_the_folders_own_dictionary_file(folder):
+    """The task builds the paths of its dictionary files (a multilingual folder's is dict.txt, not dict.en.txt):
+    what the checkpoint checks name in their messages."""
+    from nmt_toolkit.checkpoints import check_task_dictionaries
+    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
+
+    task = MultilingualTranslationTask.setup_decoding(MultilingualConfig(data=str(folder), source_lang="en",
+                                                                         target_lang="de"))
+    other = {"lang": None, "size": 12, "sha256": "0" * 64}
+    with pytest.raises(DataError, match=f"^ck.pt: wrong dictionary: the checkpoint's source dictionary differs from "
+                                        f"{folder / 'dict.txt'} \\(12 symbols, sha256 000000000000… against "):
+        check_task_dictionaries({"dictionaries": {"source": other, "target": other}}, "ck.pt", task)

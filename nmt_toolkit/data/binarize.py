@@ -538,14 +538,12 @@ def _check_existing_dictionary(cfg, existing: str, d: Dictionary) -> None:
 
 def _record(cfg, dicts: dict, subword_record: Optional[dict], command) -> dict:
     """Step 3a: the ``preprocess.json`` record, its splits filled in by :func:`_binarize_split`."""
-    checksums = {lang: d.checksum() for lang, d in dicts.items()}
     return {
         "version": 2,
         "command": list(command) if command is not None else None,
         "source_lang": cfg.source_lang, "target_lang": cfg.target_lang,
         "joined_dictionary": bool(cfg.joined_dictionary),
-        "dictionaries": {lang: {"file": f"dict.{lang}.txt", "size": len(d), "checksum": checksums[lang]}
-                         for lang, d in dicts.items()},
+        "dictionaries": {lang: {"file": f"dict.{lang}.txt", **d.fingerprint()} for lang, d in dicts.items()},
         "subword": subword_record,
         **({"target_lang_tag": cfg.target_lang_tag} if cfg.target_lang_tag else {}),
         "num_shards": cfg.num_shards if cfg.trainpref else None,
@@ -559,7 +557,7 @@ def _binarize_split(cfg, name: str, scans: dict, dicts: dict, record: dict, runn
     src, tgt = cfg.source_lang, cfg.target_lang
     shards = cfg.num_shards if name == "train" else 1
     n = scans[src].lines
-    checksums = {lang: entry["checksum"] for lang, entry in record["dictionaries"].items()}
+    checksums = {lang: entry["sha256"] for lang, entry in record["dictionaries"].items()}
     entry: dict = {"sentences": n, "shards": shards, "dictionaries": checksums}
     for lang in (src, tgt):
         scan = scans[lang]

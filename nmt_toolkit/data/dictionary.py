@@ -14,8 +14,9 @@ those fillers are written to the file too, so a file written here loads unchange
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -81,9 +82,13 @@ class Dictionary:
         """SHA-256 of the symbols in index order: what decides the ids a text is encoded to (counts do not).
 
         ``preprocess.json`` records it per split, so a split binarized with another dictionary is refused."""
-        import hashlib
-
         return hashlib.sha256("\n".join(self.symbols).encode("utf-8")).hexdigest()
+
+    def fingerprint(self) -> dict:
+        """The dictionary's identity as every file records it (checkpoints, model folders' manifests,
+        ``preprocess.json``): its size and :meth:`checksum`. Two dictionaries of one size but other symbols
+        differ here, where a tensor shape check cannot see them; compare with :func:`fingerprint_mismatch`."""
+        return {"size": len(self), "sha256": self.checksum()}
 
     def __repr__(self) -> str:
         return f"Dictionary({len(self)} symbols)"
@@ -212,3 +217,25 @@ def remove_bpe(text: str, bpe_symbol: Optional[str]) -> str:
     if bpe_symbol in ("subword_nmt", "@@"):
         bpe_symbol = "@@ "
     return (text + " ").replace(bpe_symbol, "").rstrip()
+
+
+def _digest(fingerprint: Any) -> Optional[str]:
+    """The sha256 a fingerprint records; ``checksum`` is the same digest under the key name of data-bins'
+    ``preprocess.json`` files written before it was ``sha256`` there too (they stay readable)."""
+    if not isinstance(fingerprint, dict):
+        return None
+    return fingerprint.get("sha256") or fingerprint.get("checksum") or None
+
+
+def fingerprint_mismatch(first: Any, second: Any, required: bool = False) -> Optional[str]:
+    """How two :meth:`Dictionary.fingerprint` records differ, as ``"N symbols, sha256 0123456789ab… against M
+    symbols, sha256 …"`` (``first`` first) for an error message; None when they agree. A record without a digest
+    (fairseq's checkpoints have none) agrees with anything unless ``required``: the one comparison of
+    dictionary identity, wherever a file records it."""
+    a, b = _digest(first), _digest(second)
+    if (a is None or b is None) and not required:
+        return None
+    sizes = [r.get("size") if isinstance(r, dict) else None for r in (first, second)]
+    if a is not None and a == b and (sizes[0] == sizes[1] or (None in sizes and not required)):
+        return None
+    return f"{sizes[0]} symbols, sha256 {str(a)[:12]}… against {sizes[1]} symbols, sha256 {str(b)[:12]}…"

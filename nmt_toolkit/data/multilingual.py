@@ -100,7 +100,7 @@ def _build(cfg, pairs, splits, files, scans, tmp, command) -> dict:
     dicts = {lang: dictionary for lang in langs}
     for lang in langs:
         dictionary.save(os.path.join(tmp, f"dict.{lang}.txt"))
-    entry = {"file": "dict.{lang}.txt", "size": len(dictionary), "checksum": dictionary.checksum()}
+    entry = {"file": "dict.{lang}.txt", **dictionary.fingerprint()}
     record = {"version": 2, "command": list(command) if command is not None else None,
               "lang_pairs": [f"{s}-{t}" for s, t in pairs], "langs": langs, "joined_dictionary": True,
               "dictionaries": {lang: {**entry, "file": f"dict.{lang}.txt"} for lang in langs},

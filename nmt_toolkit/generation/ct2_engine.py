@@ -122,15 +122,14 @@ class CTranslate2Generator:
             raise DataError(f"--path {folder}: CTranslate2 cannot load it ({exc})") from None
 
     def _check_dictionaries(self, folder: str, record: dict) -> None:
-        from nmt_toolkit.data.dictionary import Dictionary
-        from nmt_toolkit.checkpoints import dictionary_mismatch, fingerprint
+        from nmt_toolkit.data.dictionary import Dictionary, fingerprint_mismatch
 
         for side, mine in (("source", self.src_dict), ("target", self.tgt_dict)):
             name = record.get("dictionaries", {}).get(side)
             path = os.path.join(folder, name or f"<no {side} dictionary>")
             if not name or not os.path.isfile(path):
                 raise DataError(f"{folder}: the export has no {side} dictionary ({path})")
-            problem = dictionary_mismatch(fingerprint(Dictionary.load(path)), fingerprint(mine))
+            problem = fingerprint_mismatch(Dictionary.load(path).fingerprint(), mine.fingerprint())
             if problem:
                 raise DataError(f"{path}: wrong dictionary: the exported model's {side} dictionary differs from the "
                                 f"data-bin's ({problem}); decode with the data-bin the model was trained on")

@@ -476,9 +476,8 @@ def _load_models(task, gen: GenerationConfig, engine: Engine) -> list:
     with the CPU back end applied (``gen.cpu_packed_linear``)."""
     from nmt_toolkit.loading import load_models
 
-    data, cfg = task.cfg.data, task.cfg
-    dict_files = [os.path.join(data, f"dict.{cfg.source_lang}.txt"), os.path.join(data, f"dict.{cfg.target_lang}.txt")]
-    models, _ = load_models(gen.path.split(":"), task.src_dict, task.tgt_dict, dict_files, engine.device,
+    cfg = task.cfg
+    models, _ = load_models(gen.path.split(":"), task.src_dict, task.tgt_dict, task.dictionary_files(), engine.device,
                             langs=(cfg.source_lang, cfg.target_lang))
     if engine.precision is not None:
         flag = f"--{engine.precision}"

@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 import torch
 
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.checkpoints import dictionary_mismatch, load_checkpoint, save_checkpoint
+from nmt_toolkit.checkpoints import load_checkpoint, save_checkpoint
+from nmt_toolkit.data.dictionary import fingerprint_mismatch
 from nmt_toolkit.training.state import TrainState
 
 _UPDATE_NAME = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
@@ -103,7 +104,7 @@ def _check_same_dictionaries(first: dict, first_path: str, other: dict, path: st
     if not isinstance(a, dict) or not isinstance(b, dict):
         return
     for side in ("source", "target"):
-        problem = dictionary_mismatch(a.get(side), b.get(side) or {})
+        problem = fingerprint_mismatch(a.get(side), b.get(side))
         if problem or (a.get(side) or {}).get("lang") != (b.get(side) or {}).get("lang"):
             raise DataError(f"{path}: trained on other dictionaries than {first_path} (the {side} side differs"
                             f"{': ' + problem if problem else ' in language'}); average checkpoints of one run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from nmt_toolkit.data.dictionary import fingerprint_mismatch
 from nmt_toolkit.errors import DataError
 from nmt_toolkit import checkpoints as ckpt_io
 from nmt_toolkit.training.state import TrainState
@@ -63,7 +64,7 @@ def check_finetune_dictionaries(folder, task) -> None:
                                 f"{task.cfg.data} is {langs[0]}→{langs[1]}")
     for side, mine, theirs, file in (("source", src, folder.src_dict, files[0]),
                                      ("target", tgt, folder.tgt_dict, files[1])):
-        problem = ckpt_io.dictionary_mismatch(ckpt_io.fingerprint(theirs), ckpt_io.fingerprint(mine))
+        problem = fingerprint_mismatch(theirs.fingerprint(), mine.fingerprint())
         if problem:
             raise DataError(f"{where}: the folder's {side} dictionary differs from {file} ({problem}); "
                                     f"build the data-bin with nmt-preprocess --model-folder {folder.path}")
