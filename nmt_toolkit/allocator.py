@@ -5,11 +5,11 @@ A training step allocates and frees the same large activations and gradients eve
 defaults hand such blocks back to the kernel: blocks over the mmap threshold (128 KiB, rising by itself
 to at most 32 MiB) are unmapped when freed, and the top of the heap is trimmed once more than the trim
 threshold is free there. The next step then touches the same amount of fresh memory, and every 4 KiB page
-costs a page fault in the kernel (measured on a 2-core VM: 8.4 s of system time in a 42 s, 20-update
-``nmt-train`` run of the small model; 1.3 s with this module, and the run 14 % shorter). PyTorch's CPU
-tuning guide recommends a caching allocator (jemalloc, tcmalloc) for the same reason; this reaches the
-same effect with glibc's own knobs and no extra dependency: big blocks come from the heap and freed ones
-stay there for the next step. The cost is memory kept after a peak (≈ 5 % more peak RSS in that run).
+costs a page fault in the kernel: most of a short CPU training run's system time, which this module takes
+away (docs/benchmarks.md, "Notes"). PyTorch's CPU tuning guide recommends a caching allocator (jemalloc,
+tcmalloc) for the same reason; this reaches the same effect with glibc's own knobs and no extra dependency:
+big blocks come from the heap and freed ones stay there for the next step. The cost is memory kept after a
+peak (a few per cent more peak memory).
 
 ``nmt-train`` calls :func:`keep_freed_memory` once at start-up. ``nmt-generate`` does not: its decoding
 steps reuse their large buffers already and measured no faster with it. Nothing happens when the user

@@ -52,10 +52,12 @@ def remove_stale_temp_files(save_dir: str) -> list[str]:
     """Delete the temp files a killed save left in ``save_dir`` (``checkpoint*.pt.*.tmp``); returns them.
 
     Called once at the start of training, before anything is written: no save of this run is under way.
+    Hidden ``.NAME.pt.*.link`` files go too: a save that hard-linked its copies left them when killed, a save
+    dir may still hold some, and nothing else would ever delete them.
     """
     stale = [p for p in glob.glob(os.path.join(glob.escape(save_dir), "*.pt.*" + TEMP_SUFFIX))
              if os.path.isfile(p)]
-    stale += glob.glob(os.path.join(glob.escape(save_dir), ".*.pt.*.link"))  # left by versions that hard-linked
+    stale += glob.glob(os.path.join(glob.escape(save_dir), ".*.pt.*.link"))
     _remove(stale)
     return stale
 

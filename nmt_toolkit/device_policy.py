@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def sdpa_backends(device: torch.device):
@@ -17,14 +18,11 @@ def sdpa_backends(device: torch.device):
 
     Why. Where torch prefers cuDNN's attention (half precision on Hopper GPUs), cuDNN builds an execution
     plan for every new shape, and token-based batches bring a new (batch, length) shape almost every step:
-    measured on an H100 (torch 2.11, small model, ``--max-tokens 8192``), the first 60 updates of
-    ``nmt-train --fp16`` ran at 5,500-19,000 target tokens/s with cuDNN allowed and 57,000-192,000 without
-    (``--bf16`` alike; float32 never takes cuDNN's kernel). The trainer's forward passes and the generator
-    run inside this context; it saves and restores torch's global switches, so code around it is unaffected."""
+    half-precision training ran about ten times slower with cuDNN's attention allowed (docs/benchmarks.md,
+    "Notes"). The trainer's forward passes and the generator run inside this context; it saves and restores
+    torch's global switches, so code around it is unaffected."""
     if device.type != "cuda":
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 

@@ -7,11 +7,21 @@ import pytest
 from nmt_toolkit.data.trees import TreeError, parse_tree
 from nmt_toolkit.scoring.parseval import ERROR, evaluate
 from nmt_toolkit.data.linearised_trees import (
-    delinearise, linearise_tree, preprocess_tree, read_treebank, restore_pos_tags,
+    delinearise, linearise_tree, preprocess_tree, read_treebank,
 )
 
 PTB = ("( (S (NP-SBJ-1 (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog)) "
        "(SBAR (-NONE- 0) (S (NP-SBJ (-NONE- *T*-1)) (VP (-NONE- *?*))))) (. .)) )")
+
+
+def restore_pos_tags(tree_str: str, pos_tags) -> str:
+    """The tree with its preterminal labels replaced by ``pos_tags``."""
+    tree = parse_tree(tree_str)
+    leaves = list(tree.preterminals())
+    assert len(leaves) == len(pos_tags)
+    for leaf, tag in zip(leaves, pos_tags):
+        leaf.label = tag
+    return str(tree)
 
 
 def test_preprocess_removes_traces_emptied_nodes_tags_and_wrapper():

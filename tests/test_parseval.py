@@ -12,6 +12,30 @@ from nmt_toolkit.scoring.parseval import (
     COLLINS, ERROR, OK, SKIP, EvalbParams, ParsevalError, evaluate, load_params, read_trees,
 )
 
+
+def sentence_line(sent) -> str:
+    """One row of EVALB's sentence table, as evalb.c prints it."""
+    return (f"{sent.id:4d}  {sent.length:3d}    {sent.status:d}  "
+            f"{sent.recall:6.2f} {sent.precision:6.2f}   {sent.matched:3d}    "
+            f"{sent.gold_brackets:3d}  {sent.test_brackets:3d}    {sent.crossing:3d}"
+            f"   {sent.words:4d}  {sent.correct_tags:4d}   {sent.tagging_accuracy:6.2f}")
+
+
+def evalb_stdout(result) -> str:
+    """Everything EVALB prints on stdout for ``result``: the sentence table, the totals line and the summary
+    (every number of the result, laid out as evalb.c lays it out, to compare with its real output)."""
+    header = ("  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
+              " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n" + "=" * 76)
+    total = result.overall
+    totals = ""
+    if total.gold_brackets > 0 and total.test_brackets > 0:
+        totals = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
+                  f"{total.gold_brackets:5d} {total.test_brackets:5d}  {total.crossing_brackets:5d}")
+    totals += f"  {total.words:5d} {total.correct_tags:5d}   {total.tagging_accuracy:6.2f}"
+    rows = [sentence_line(sent) for sent in result.sentences]
+    return "\n".join([header, *rows, "=" * 76, totals, result.summary_text()])
+
+
 def one(gold: str, test: str, params: EvalbParams = COLLINS):
     result = evaluate([gold], [test], params)
     return result, result.sentences[0]
@@ -108,8 +132,8 @@ def test_readme_sentence_line_format():
     gold = "(S (NP (DT The) (NN dog)) (, ,) (VP (VBD barked) (RB loudly) (PP (IN at) (NP (NN night)))) (. .))"
     test = gold.replace("(RB loudly)", "(JJ loudly)")
     result, sent = one(gold, test)
-    assert sent.line() == "   1    8    0  100.00 100.00     5      5    5      0      6     5    83.33"
-    assert result.full_text().splitlines()[3] == sent.line()
+    assert sentence_line(sent) == "   1    8    0  100.00 100.00     5      5    5      0      6     5    83.33"
+    assert evalb_stdout(result).splitlines()[3] == sentence_line(sent)
 
 
 def test_deleted_labels_top_punctuation_and_traces():
@@ -382,4 +406,4 @@ def test_summary_equals_evalb(case):
                 assert value == int(printed), (title, caption)
     assert [(s.id, s.length, s.status) for s in result.sentences] == _evalb_table(stdout)
     assert Counter({s.id: len(s.messages) for s in result.sentences if s.messages}) == _evalb_complaints(stderr)
-    assert result.full_text() == stdout.replace("  -nan", "  0.00")  # every row and column, as printed
+    assert evalb_stdout(result) == stdout.replace("  -nan", "  0.00")  # every row and column, as printed

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.registry import register_criterion
 from nmt_toolkit.criterions.cross_entropy import finish
 
@@ -27,21 +27,6 @@ class LabelSmoothedCrossEntropyConfig:
     label_smoothing: float = option(0.1, "ε_ls: probability mass spread over the wrong classes (0 = plain CE)",
                                     low=0, high=1, high_open=True)
     sentence_avg: bool = option(False, "normalise the loss per sentence instead of per target token")
-
-
-def label_smoothed_nll_loss(lprobs, target, epsilon: float, ignore_index: int | None = None):
-    """Summed (loss, nll_loss) of ``lprobs`` [N, V] against ``target`` [N]; fairseq's eps/(V-1) form."""
-    target = target.unsqueeze(-1)
-    nll_loss = -lprobs.gather(dim=-1, index=target)
-    smooth_loss = -lprobs.sum(dim=-1, keepdim=True)
-    if ignore_index is not None:
-        pad_mask = target.eq(ignore_index)
-        nll_loss = nll_loss.masked_fill(pad_mask, 0.0)
-        smooth_loss = smooth_loss.masked_fill(pad_mask, 0.0)
-    nll_loss, smooth_loss = nll_loss.sum(), smooth_loss.sum()
-    eps_i = epsilon / (lprobs.size(-1) - 1)
-    loss = (1.0 - epsilon - eps_i) * nll_loss + eps_i * smooth_loss
-    return loss, nll_loss
 
 
 #: rows of half-precision logits turned into float32 at a time (about 64 MB per chunk at V = 32k)
@@ -104,8 +89,8 @@ class _FusedLabelSmoothedNLL(torch.autograd.Function):
 
 
 def fused_label_smoothed_nll_loss(logits, target, epsilon: float, ignore_index: int):
-    """Summed (loss, nll_loss) of raw logits [N, V] vs target [N]; equal to :func:`label_smoothed_nll_loss`
-    on their fp32 log-softmax, with a leaner backward."""
+    """Summed (loss, nll_loss) of raw logits [N, V] vs target [N]; equal to fairseq's ``label_smoothed_nll_loss``
+    (a gather and a sum over log_softmax) on their fp32 log-softmax, with a leaner backward."""
     return _FusedLabelSmoothedNLL.apply(logits, target, epsilon, ignore_index)
 
 
@@ -136,9 +121,7 @@ class LabelSmoothedCrossEntropyCriterion:
     def __init__(self, cfg: LabelSmoothedCrossEntropyConfig | None = None, task=None,
                  padding_idx: int | None = None):
         self.cfg = cfg or LabelSmoothedCrossEntropyConfig()
-        if not 0.0 <= self.cfg.label_smoothing < 1.0:
-            from nmt_toolkit.errors import UsageError
-            raise UsageError(f"--label-smoothing {self.cfg.label_smoothing}: expected a value in [0, 1)")
+        check_ranges(self.cfg)  # a config built in code: the range its flag has
         if padding_idx is None:
             padding_idx = task.target_dictionary.pad() if task is not None else 1
         self.padding_idx = padding_idx

@@ -306,7 +306,7 @@ class _Runner:
 
 
 def _progress(total: int, desc: str, disable: bool):
-    from tqdm import tqdm
+    from tqdm import tqdm  # 45 ms at import, which nmt-preprocess --help (it imports this module) need not pay
 
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr, leave=False,
                 disable=disable or None)

@@ -65,11 +65,6 @@ class IndexedDatasetBuilder:
         self._bin: BinaryIO = open(data_file_path(prefix), "wb")
         self._sizes: list[np.ndarray] = []
 
-    def add_item(self, ids) -> None:
-        arr = np.asarray(ids)
-        self._bin.write(arr.astype(self.dtype, copy=False).tobytes())
-        self._sizes.append(np.array([len(arr)], dtype=np.int32))
-
     def add_chunk(self, flat_ids: np.ndarray, sizes: np.ndarray) -> None:
         """Append many sequences at once: their ids back to back and their lengths."""
         self._bin.write(np.asarray(flat_ids).astype(self.dtype, copy=False).tobytes())

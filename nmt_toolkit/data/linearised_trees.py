@@ -199,16 +199,3 @@ def _drop_empty_constituents(root: Tree) -> None:
         stack.extend(child for child in node.children if not child.is_preterminal)
     for node in reversed(order):  # children before parents
         node.children = [c for c in node.children if c.is_preterminal or c.children]
-
-
-def restore_pos_tags(tree_str: str, pos_tags: Sequence[str]) -> str:
-    """The tree with its preterminal labels replaced by ``pos_tags`` (e.g. gold tags, for EVALB)."""
-    tree = parse_tree(tree_str)
-    if tree is None:
-        raise TreeError("empty tree")
-    leaves = list(tree.preterminals())
-    if len(leaves) != len(pos_tags):
-        raise ValueError(f"tree has {len(leaves)} words but {len(pos_tags)} POS tags were given")
-    for leaf, tag in zip(leaves, pos_tags):
-        leaf.label = tag
-    return str(tree)

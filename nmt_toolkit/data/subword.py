@@ -8,6 +8,8 @@ so :func:`load_codec` can rebuild the codec for generation without being told ag
 - ``sentencepiece``: one joint model (``--bpe-vocab-size``); pieces carry ``▁`` at word starts.
 - ``subword_nmt``: joint BPE codes (``--bpe-merges``) on whitespace-tokenized text; non-final pieces end with
   ``@@`` (``decode`` removes ``"@@ "``).
+
+Each library is imported by the code that uses it: a data-bin needs one of them, ``--help`` neither.
 """
 from __future__ import annotations
 

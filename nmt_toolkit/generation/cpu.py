@@ -3,21 +3,8 @@ a feed-forward block's ReLU applied inside its first product; the attention of a
 
 Why. torch's ``F.linear`` on the CPU calls MKL's sgemm. A beam step multiplies a few hundred rows (fewer as
 sentences finish) by the same weights again and again, and for such products oneDNN, given the weight
-already reordered into its blocked layout, is much faster: measured on the 2-core AMD EPYC (Zen 4,
-AVX-512) machine, one thread, GFLOP/s of ``F.linear`` → packed oneDNN:
-
-======================  =====================  ==========================================
-rows × in → out          F.linear               packed
-======================  =====================  ==========================================
-256 × 256 → 8008         68–79                  97–102   (the output projection of a step)
-128 × 256 → 8008         59–62                  94–98
-32 × 256 → 8008          49                     89
-256 × 256 → 768          97–99                  106–111
-256 × 1024 → 256         96–98                  105–107
-1088 × 256 → 1024        89                     101–105  (a scoring pass)
-======================  =====================  ==========================================
-
-and with two threads 109 → 202 GFLOP/s for the 256-row output projection. The results agree with
+already reordered into its blocked layout, is faster: 1.1 to 1.8 times ``F.linear``'s rate on a beam step's
+products, the most on the output projection (docs/benchmarks.md, "Notes"). The results agree with
 ``F.linear`` to float32 rounding (both are IEEE fp32 products, summed in another order).
 
 When. :func:`optimize_for_cpu` is applied by nmt-generate and nmt-interactive to the models they load, once,
@@ -34,11 +21,11 @@ anything else (training, gradients, other dtypes or devices) is ``F.linear``. Th
 this module.
 
 Cost. Memory: one packed copy per weight (as much again as the weights, kept while the weight lives),
-and oneDNN keeps a compiled primitive per row count it has seen (a bounded cache, 0.4-2 MB each): the
-1,000-sentence benchmark of the small model peaked at 858 MB against 664 MB without packing, the
-base-shaped one at 1,294 against 1,088 MB. Packing takes milliseconds and is redone when the weight changes
-(its version counter moves on every in-place update). The layout is chosen for a row count; any hint from
-16 to 1024 measured the same at every row count from 4 to 1088, so one packing serves all batch sizes.
+and oneDNN keeps a compiled primitive per row count it has seen (a bounded cache, 0.4-2 MB each): about
+200 MB more at the peak of a 1,000-sentence decode (docs/benchmarks.md). Packing takes milliseconds and is
+redone when the weight changes (its version counter moves on every in-place update). The layout is chosen
+for a row count, and one packing serves all batch sizes: the row count it is chosen for made no measurable
+difference at any row count.
 """
 from __future__ import annotations
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from nmt_toolkit.models import build_model
+
 
 class SizedDictionary:
     """A stand-in for a joined dictionary of ``size`` symbols (fairseq's specials: <pad> is 1)."""
@@ -44,10 +48,6 @@ def build_for_dry_run(model_name: str, cfg: Any, vocab_size: int, device: Any = 
     By default on the ``meta`` device: shapes and counts without allocating or initialising weights
     (instant even for the big model); pass ``device="cpu"`` for a model that can run.
     """
-    import torch
-
-    from nmt_toolkit.models import build_model
-
     vocab = SizedDictionary(vocab_size)
     with torch.device(device):
         return build_model(model_name, cfg, vocab, vocab)

@@ -72,12 +72,6 @@ class SentenceResult:
     precision = property(lambda self: _percent(self.matched, self.test_brackets))
     tagging_accuracy = property(lambda self: _percent(self.correct_tags, self.words))
 
-    def line(self) -> str:
-        return (f"{self.id:4d}  {self.length:3d}    {self.status:d}  "
-                f"{self.recall:6.2f} {self.precision:6.2f}   {self.matched:3d}    "
-                f"{self.gold_brackets:3d}  {self.test_brackets:3d}    {self.crossing:3d}"
-                f"   {self.words:4d}  {self.correct_tags:4d}   {self.tagging_accuracy:6.2f}")
-
 
 @dataclass
 class Summary:
@@ -146,10 +140,6 @@ class Summary:
         ])
 
 
-_HEADER = ("  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
-           " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n"
-           + "=" * 76)
-
 
 @dataclass
 class ParsevalResult:
@@ -178,17 +168,6 @@ class ParsevalResult:
         """The ``=== Summary ===`` section of EVALB's output, character for character."""
         return "\n".join(["=== Summary ===", "", self.overall.block("All"), "",
                           self.short.block(f"len<={self.cutoff_len}")]) + "\n"
-
-    def full_text(self) -> str:
-        """Everything EVALB prints on stdout: sentence table, totals line and summary."""
-        total = self.overall
-        totals = ""
-        if total.gold_brackets > 0 and total.test_brackets > 0:
-            totals = (f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
-                      f"{total.gold_brackets:5d} {total.test_brackets:5d}  {total.crossing_brackets:5d}")
-        totals += f"  {total.words:5d} {total.correct_tags:5d}   {total.tagging_accuracy:6.2f}"
-        rows = [sent.line() for sent in self.sentences]
-        return "\n".join([_HEADER, *rows, "=" * 76, totals, self.summary_text()])
 
 
 class _Prepared:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from nmt_toolkit.data.dictionary import fingerprint_mismatch
 from nmt_toolkit.errors import DataError
+from nmt_toolkit.model_folder import read_model_folder
 from nmt_toolkit import checkpoints as ckpt_io
 from nmt_toolkit.training.state import TrainState
 
@@ -45,8 +46,6 @@ def start_from_model_folder(trainer, task, folder_path: str, progress) -> None:
     """``--finetune-from-model``: the folder's weights, nothing else (the optimizer, LR schedule, counters and
     data position start afresh). The data-bin must hold the folder's dictionaries: ids of another vocabulary
     would train the embeddings of other words."""
-    from nmt_toolkit.model_folder import read_model_folder
-
     folder = read_model_folder(folder_path)
     check_finetune_dictionaries(folder, task)
     trainer.load_state_dict(folder.checkpoint(), reset_optimizer=True, reset_lr_scheduler=True,

@@ -20,11 +20,13 @@ import logging
 from typing import Any, Optional
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.device_policy import sdpa_backends
 from nmt_toolkit.models.state_dict_checks import shape_differences
 from nmt_toolkit.training import distributed
+from nmt_toolkit.training.compile import compile_criterion, compile_for_training
 from nmt_toolkit.training.state import get_rng_state
 from nmt_toolkit.training.step_stats import STAT_KEYS as _STAT_KEYS, PendingRows, summed_stats
 
@@ -105,11 +107,9 @@ class Trainer:
         module = model
         if compile_model:  # the model for training (validation keeps the plain module) and the criterion's loss;
             # DDP wraps the compiled module (torch's recommendation)
-            from nmt_toolkit.training.compile import compile_criterion, compile_for_training
             module, self.compile_counter = compile_for_training(model)
             compile_criterion(criterion, self.compile_counter)
         if world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
             self.wrapped = DistributedDataParallel(module, device_ids=ddp_device_ids, broadcast_buffers=False,
                                                    gradient_as_bucket_view=True,
                                                    bucket_cap_mb=bucket_cap_mb or distributed.bucket_cap_mb(model))
