@@ -4,6 +4,7 @@ on this machine)."""
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -157,3 +158,85 @@ def test_a_folder_with_files_is_left_alone_without_overwrite(raw, tmp_path, caps
     assert code != 0 and "a non-empty folder that is not a data-bin (no preprocess.json or dict.*.txt; it holds " \
                          "notes.txt)" in err
     assert os.listdir(dest) == ["notes.txt"]
+
+
+def _one_direction(raw, dest, pair, dictionary, *flags, splits=("--trainpref", "train", "--validpref", "valid")):
+    """fairseq's multilingual recipe, one run of it: one direction, the shared dictionary on both sides."""
+    src, tgt = pair.split("-")
+    prefixes = [str(raw / item) if not item.startswith("--") else item for item in splits]
+    return preprocess(["--source-lang", src, "--target-lang", tgt, *prefixes, "--srcdict", str(dictionary),
+                       "--tgtdict", str(dictionary), "--destdir", str(dest), "--no-progress-bar", *flags])
+
+
+@pytest.fixture(scope="module")
+def per_direction_bin(raw, mbin):
+    """One nmt-preprocess per direction into one folder, each given the --lang-pairs run's dictionary."""
+    dest = raw.parent / "per-direction"
+    for pair in PAIRS.split(","):
+        assert _one_direction(raw, dest, pair, mbin / "dict.en.txt") == 0
+    return dest
+
+
+def test_one_run_per_direction_writes_what_one_lang_pairs_run_writes(mbin, per_direction_bin):
+    assert sorted(os.listdir(per_direction_bin)) == sorted(os.listdir(mbin))
+    for name in os.listdir(mbin):
+        if name != "preprocess.json":
+            assert (per_direction_bin / name).read_bytes() == (mbin / name).read_bytes(), name
+    ours, theirs = (json.loads((folder / "preprocess.json").read_text()) for folder in (per_direction_bin, mbin))
+    del ours["command"], theirs["command"]
+    for pair in PAIRS.split(","):  # each direction records the run that wrote it
+        command = ours["pairs"][pair].pop("command")
+        assert command[command.index("--source-lang") + 1] + "-" + command[command.index("--target-lang") + 1] == pair
+    assert ours == theirs
+
+
+def test_the_multilingual_task_reads_every_direction_of_it(per_direction_bin, raw):
+    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
+
+    task = MultilingualTranslationTask.setup_task(MultilingualConfig(data=str(per_direction_bin)))
+    assert task.pairs == [("en", "de"), ("en", "fr"), ("de", "en")]
+    for pair in PAIRS.split(","):
+        src, tgt = pair.split("-")
+        dataset = task.load_dataset(f"valid.{pair}")
+        assert [task.src_dict.string(dataset[i]["source"]) for i in range(len(dataset))] == \
+            [" ".join(line.split()) for line in _lines(raw / f"valid.{src}")]
+        assert [task.tgt_dict.string(dataset[i]["target"]) for i in range(len(dataset))] == \
+            [" ".join(line.split()) for line in _lines(raw / f"valid.{tgt}")]
+
+
+@pytest.mark.slow
+def test_nmt_train_trains_every_direction_of_it(per_direction_bin, tmp_path, capsys):
+    from nmt_toolkit.cli.train import run as train
+    from tests.train_helpers import TINY
+
+    assert train([str(per_direction_bin), *TINY, "--task", "translation_multi_simple_epoch", "--encoder-langtok",
+                  "src", "--decoder-langtok", "--max-update", "1", "--cpu", "--save-dir", str(tmp_path / "ck")]) == 0
+    tags = {json.loads(line).get("tag") for line in capsys.readouterr().err.splitlines() if line.startswith("{")}
+    assert {"valid.en-de", "valid.en-fr", "valid.de-en"} <= tags
+
+
+def test_a_run_adds_splits_to_a_direction_and_refuses_what_the_folder_cannot_hold(per_direction_bin, raw, mbin,
+                                                                                   tmp_path, capsys):
+    dest = tmp_path / "bin"
+    shutil.copytree(per_direction_bin, dest)
+    assert _one_direction(raw, dest, "en-fr", mbin / "dict.en.txt", splits=("--testpref", "valid")) == 0
+    record = json.loads((dest / "preprocess.json").read_text())
+    assert sorted(record["pairs"]["en-fr"]["splits"]) == ["test", "train", "valid"]
+    assert record["pairs"]["en-de"] == json.loads((per_direction_bin / "preprocess.json").read_text())["pairs"]["en-de"]
+    assert (dest / "test.en-fr.fr.bin").read_bytes() == (dest / "valid.en-fr.fr.bin").read_bytes()
+    capsys.readouterr()
+    before = {name: (dest / name).read_bytes() for name in os.listdir(dest)}
+    held = f"nmt-preprocess: error: --destdir {dest} holds en-de, en-fr, de-en data"
+    # its own dictionary, counted from its text: not the folder's one dictionary
+    assert preprocess(["--source-lang", "de", "--target-lang", "fr", "--trainpref", str(raw / "train"),
+                       "--destdir", str(dest), "--no-progress-bar"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{held}; adding a direction needs one dictionary for every "
+                                               f"language, and dict.de.txt and this run's de dictionary differ (")
+    assert _one_direction(raw, dest, "de-fr", mbin / "dict.en.txt", "--bpe", "sentencepiece") == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"nmt-preprocess: error: --bpe sentencepiece: --destdir {dest} holds en-de, en-fr, de-en data without a "
+        f"subword model; its directions share one: add de-fr without --bpe, or binarize into another --destdir"]
+    assert _one_direction(raw, dest, "de-fr", mbin / "dict.en.txt", "--num-shards", "2") == 2
+    assert "--num-shards 2: a data-bin of several directions holds each in one piece" in capsys.readouterr().err
+    assert {name: (dest / name).read_bytes() for name in os.listdir(dest)} == before

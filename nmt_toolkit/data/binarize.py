@@ -44,7 +44,7 @@ import numpy as np
 
 from nmt_toolkit import outputs
 from nmt_toolkit.config import option
-from nmt_toolkit.data import data_bin, subword
+from nmt_toolkit.data import data_bin, directions, subword
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from nmt_toolkit.data.lang_pairs import parse_lang_pairs
@@ -98,7 +98,8 @@ class PreprocessConfig:
     num_shards: int = option(1, "split the training data into this many shard folders (shard0, shard1, …)", low=1)
     overwrite: bool = option(False, "replace everything earlier runs wrote into --destdir (dictionaries, subword "
                                     "model, every split) by the new set; without it, new splits are added to the old "
-                                    "ones, which needs the same dictionaries")
+                                    "ones, and a new direction to the folder's (docs/multilingual.md), which needs "
+                                    "the same dictionaries")
     no_progress_bar: bool = option(False, "no progress bar on stderr")
 
     def validate(self) -> None:
@@ -398,10 +399,16 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
     try:
         with data_bin.lock(destdir, cfg.destdir):  # the folder's record is read, merged and replaced by one run
             previous = None if cfg.overwrite else data_bin.previous_record(destdir, cfg.destdir, src, tgt)
-            record = _build(cfg, splits, scans, tmp, destdir, command)
+            multilingual = directions.joins_multilingual(previous, src, tgt)
+            if multilingual:
+                directions.check_options(cfg, previous, destdir)
+            record = _build(cfg, splits, scans, tmp, destdir, command, previous if multilingual else None)
             if previous:  # the folder's record lists its old splits too; the summary, this run's
-                data_bin.write_record(tmp, data_bin.merged(previous, record))
-            data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite)
+                combined = (directions.merged if multilingual else data_bin.merged)(previous, record)
+                data_bin.write_record(tmp, combined)
+            data_bin.swap_in(tmp, destdir, bool(cfg.trainpref), cfg.overwrite, f"{src}-{tgt}")
+        if multilingual:
+            logger.info("--destdir %s holds the directions %s", cfg.destdir, ", ".join(combined["lang_pairs"]))
         return record
     except OSError as exc:  # a full disk (ENOSPC, or EFBIG under a file size limit), a folder gone read-only
         named = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else None
@@ -416,11 +423,12 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
         outputs.discard_staging(tmp)
 
 
-def _build(cfg, splits, scans, tmp, destdir, command) -> dict:
+def _build(cfg, splits, scans, tmp, destdir, command, joined: Optional[dict] = None) -> dict:
     """The data-bin in ``tmp``, in three steps: the subword model, the dictionaries, the binarized splits
-    with their ``preprocess.json`` record (returned)."""
+    with their ``preprocess.json`` record (returned). ``joined``: the record of the multilingual folder the
+    run's direction joins, whose one dictionary the run's must be."""
     codec, subword_record = _subword_model(cfg, training_paths(cfg, scans), tmp)
-    dicts = _dictionaries(cfg, scans, codec, tmp, destdir)
+    dicts = _dictionaries(cfg, scans, codec, tmp, destdir, joined)
     record = _record(cfg, dicts, subword_record, command)
     with _Runner(cfg.workers, (*codec, dicts, _source_tag(cfg))) as runner:
         for name, _ in splits:
@@ -482,9 +490,10 @@ def _learn_sentencepiece(cfg, train: list[str], codec_path: str) -> None:
                        cfg.bpe_vocab_size, learned, learned)
 
 
-def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
+def _dictionaries(cfg, scans, codec: tuple, tmp, destdir, joined: Optional[dict] = None) -> dict:
     """Step 2: one dictionary per language (given, or counted over the subword-encoded text of every
-    training corpus), saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless --overwrite."""
+    training corpus), saved in ``tmp``; a different dictionary already in ``destdir`` is refused unless
+    --overwrite, and so is any but the joint one of the multilingual folder the run joins (``joined``)."""
     src, tgt = cfg.source_lang, cfg.target_lang
 
     def build_dict(given: Optional[str], langs: Sequence[str], threshold: int, nwords: int) -> Dictionary:
@@ -508,6 +517,8 @@ def _dictionaries(cfg, scans, codec: tuple, tmp, destdir) -> dict:
     if cfg.target_lang_tag:  # what every reader of the data-bin checks it against, checked before writing it
         check_language_tag(cfg.target_lang_tag, src_dict.symbols, "--target-lang-tag", UsageError,
                            f"the source dictionary {cfg.srcdict or ''}".strip())
+    if joined is not None:
+        directions.check_dictionaries(joined, dicts, cfg.destdir)
     for lang, d in dicts.items():
         _check_existing_dictionary(cfg, os.path.join(destdir, f"dict.{lang}.txt"), d)
         d.save(os.path.join(tmp, f"dict.{lang}.txt"))

@@ -3,7 +3,8 @@ folder's, and the ``preprocess.json`` record that says which splits the folder h
 
 A run writes everything into a staging folder beside ``destdir`` and swaps it in at the end, so an error (a
 full disk included) leaves ``destdir`` as it was. Into an existing folder the run adds its splits (the
-dictionaries must be the folder's: binarize.py checks) and the record lists old and new splits; with
+dictionaries must be the folder's: binarize.py checks) and the record lists old and new splits, or, for
+another direction, adds the direction (data/directions.py); with
 ``--overwrite`` the new set replaces everything earlier runs wrote (other files stay). The translation
 task refuses a split the record does not list, so stale ``.bin/.idx`` files are never decoded with another
 dictionary.
@@ -80,7 +81,8 @@ def remove_abandoned(destdir: str) -> list[str]:
 
 
 def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[dict]:
-    """The record of an existing ``destdir`` that a run adds splits to (None for a new or empty folder)."""
+    """The record of an existing ``destdir`` that a run of ``src-tgt`` adds splits or a direction to (None for a
+    new or empty folder; a folder of another direction becomes multilingual: data/directions.py)."""
     path = os.path.join(destdir, "preprocess.json")
     if not os.path.isdir(destdir):
         return None
@@ -92,13 +94,6 @@ def previous_record(destdir: str, shown: str, src: str, tgt: str) -> Optional[di
     except DataError as exc:
         raise DataError(f"{exc}; use --overwrite to replace the folder's contents") from None
     check_record(path, previous)
-    if "lang_pairs" in previous:
-        raise DataError(f"--destdir {shown} holds multilingual data ({', '.join(previous['lang_pairs'])}); use "
-                        f"--overwrite to replace it, or another --destdir")
-    pair = (previous.get("source_lang"), previous.get("target_lang"))
-    if pair != (src, tgt):
-        raise DataError(f"--destdir {shown} holds {pair[0]}-{pair[1]} data; use --overwrite to replace it, "
-                        f"or another --destdir")
     return previous
 
 
@@ -170,12 +165,19 @@ def _unrecorded_splits(destdir: str, src: str, tgt: str) -> dict:
     return {name: {"unrecorded": "binarized before the folder had a preprocess.json"} for name in sorted(names)}
 
 
+def merged_splits(old: dict, new: dict) -> dict:
+    """A direction's splits once a run added ``new`` to ``old``: new training data replaces every old corpus
+    (train, train1, …); other splits of the same name are replaced, the rest stay."""
+    splits = dict(old or {})
+    if "train" in new:
+        splits = {name: entry for name, entry in splits.items() if not _TRAIN_SPLIT.match(name)}
+    splits.update(new)
+    return splits
+
+
 def merged(previous: dict, record: dict) -> dict:
     """The record of a run that added splits to an existing folder: its splits over the folder's old ones."""
-    splits = dict(previous.get("splits") or {})
-    if "train" in record["splits"]:  # new training data replaces every old corpus (train, train1, …)
-        splits = {name: entry for name, entry in splits.items() if not _TRAIN_SPLIT.match(name)}
-    splits.update(record["splits"])
+    splits = merged_splits(previous.get("splits"), record["splits"])
     return {**record, "splits": splits,
             "subword": record["subword"] or previous.get("subword"),
             "num_shards": record["num_shards"] if "train" in record["splits"] else previous.get("num_shards")}
@@ -187,17 +189,19 @@ def write_record(folder: str, record: dict) -> None:
         handle.write("\n")
 
 
-def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool) -> None:
+def swap_in(tmp: str, destdir: str, wrote_train: bool, overwrite: bool, direction: Optional[str] = None) -> None:
     """Move the finished files of ``tmp`` into ``destdir`` (a rename when it does not exist yet).
 
     The entries the new set replaces — with ``overwrite`` everything an earlier run wrote, else the same
-    names and, with new training data, the old ``train.*``/shard folders — go first (renamed aside, removed
-    once the new set is in); if a rename fails every move is undone, so ``destdir`` holds either the old set
-    or the new one (:func:`nmt_toolkit.outputs.merge_into`). Other files in the folder stay."""
+    names and, with new training data, the old ``train.*`` files of the run's ``direction`` (``en-de``; every
+    direction's when None) and the shard folders — go first (renamed aside, removed once the new set is in);
+    if a rename fails every move is undone, so ``destdir`` holds either the old set or the new one
+    (:func:`nmt_toolkit.outputs.merge_into`). Other files in the folder stay, other directions' too."""
     def replaced(name: str) -> bool:
         if overwrite:
             return bool(_OURS.match(name))
-        return wrote_train and (bool(_SHARD_DIR.match(name)) or
-                                (bool(_TRAIN_FILE.match(name)) and name.endswith((".bin", ".idx"))))
+        train_file = bool(_TRAIN_FILE.match(name)) and name.endswith((".bin", ".idx")) and \
+            (direction is None or name.split(".")[1] == direction)
+        return wrote_train and (bool(_SHARD_DIR.match(name)) or train_file)
 
     outputs.merge_into(tmp, destdir, replaced)

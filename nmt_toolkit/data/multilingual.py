@@ -8,15 +8,15 @@ data-bin, in the layout of fairseq's multilingual tasks (``translation_multi_sim
     destdir/preprocess.json
 
 fairseq-preprocess binarizes one pair per run and reuses the first run's dictionary (``--srcdict``) in
-the others; this is the same in one command. A prefix names one file per language, ``PREFIX.<lang>``
+the others (nmt-preprocess does that too: data/directions.py); this is the same in one command. A prefix names one file per language, ``PREFIX.<lang>``
 (line-parallel multi-way corpora such as Multi30k), or, where it exists, ``PREFIX.<src>-<tgt>.<lang>``
 (a corpus of that pair only). Each training file is counted once for the dictionary and the subword model
 however many pairs read it.
 
 The record (``preprocess.json``) lists ``lang_pairs`` and ``langs`` and, under ``pairs``, one bilingual
 record per direction (its languages and splits, with dictionary checksums), so the translation task can
-read and check one direction of the folder as a bilingual data-bin. A multilingual data-bin is written
-whole: into a new or empty folder, or replacing everything with ``--overwrite``.
+read and check one direction of the folder as a bilingual data-bin. This run writes the data-bin whole: into
+a new or empty folder, or replacing everything with ``--overwrite``.
 """
 from __future__ import annotations
 
