@@ -223,11 +223,10 @@ def _write_beside_model(folder: str, task, record: dict, multilingual: bool) -> 
 def _multilingual_config(task) -> Optional[dict]:
     """A multilingual task's languages, the task options that decode it (``task``) and, for CTranslate2's
     config.json, the directions and where each language's token goes (``multilingual``); None for others."""
-    from nmt_toolkit.export.folder import multilingual_record
     from nmt_toolkit.model_folder import multilingual_task_options
     from nmt_toolkit.tasks.multilingual import language_token
 
-    record = multilingual_record(task)
+    record = task.multilingual_record()
     if record is None:
         return None
     tokens = {lang: language_token(lang, record["lang_tok_style"]) for lang in record["languages"]}

@@ -29,7 +29,7 @@ def export(checkpoint: str, task, output_dir, overwrite: bool = False, made_by: 
     arch = (config.get("components") or {}).get("arch") or config["components"]["model"]
     if target_lang_tag is None:
         target_lang_tag = task.default_target_lang_tag()
-    multilingual = multilingual_record(task)
+    multilingual = task.multilingual_record()
     if multilingual:
         langs = (None, None)  # any two of its languages
     write_model_folder(output_dir, arch=arch, model_config=config.get("model") or {},
@@ -39,14 +39,3 @@ def export(checkpoint: str, task, output_dir, overwrite: bool = False, made_by: 
                        overwrite=overwrite, multilingual=multilingual)
     return {"path": str(output_dir), "arch": arch, "source_lang": langs[0], "target_lang": langs[1],
             "languages": multilingual["languages"] if multilingual else list(langs), "subword": scheme_of_codec(kind)}
-
-
-def multilingual_record(task) -> Optional[dict]:
-    """What a multilingual task (``translation_multi_simple_epoch``) decodes with: its languages (every one
-    with a token), the trained directions and the tag options; None for any other task."""
-    if not hasattr(task, "language_tokens"):
-        return None
-    cfg = task.cfg
-    return {"languages": list(task.langs), "lang_pairs": [f"{src}-{tgt}" for src, tgt in task.pairs],
-            "lang_tok_style": cfg.lang_tok_style, "encoder_langtok": cfg.encoder_langtok,
-            "decoder_langtok": bool(cfg.decoder_langtok)}

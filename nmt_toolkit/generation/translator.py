@@ -163,9 +163,7 @@ class Translator:
         """The same loaded multilingual model translating ``source_lang`` → ``target_lang`` (any two of its
         languages): weights, search and options are shared, only the language tokens placed differ, so one
         loaded model serves every direction. An unknown language is one line naming the known ones."""
-        from nmt_toolkit.tasks.multilingual import MultilingualTranslationTask
-
-        if not isinstance(self.task, MultilingualTranslationTask):
+        if not self.task.multilingual:
             raise UsageError("choosing the direction needs a multilingual model (--task translation_multi_simple_epoch)")
         known = ", ".join(self.task.langs)
         for flag, lang in (("--source-lang", source_lang), ("--target-lang", target_lang)):
@@ -184,7 +182,7 @@ class Translator:
         that is no ``str`` is a TypeError, one that is no valid Unicode (a lone surrogate) a DataError."""
         _check_texts(lines, what, first, unit)
         return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit,
-                            self.target_lang_tag(), getattr(self.task, "tag_source", None))
+                            self.target_lang_tag(), self.task.tag_source)
 
     def target_lang_tag(self) -> Optional[str]:
         """The language token put before every source: ``--target-lang-tag``, else the model folder's or the
@@ -275,7 +273,7 @@ class Translator:
         src = sample["net_input"]["src_tokens"].to(device)
         lengths = sample["net_input"]["src_lengths"].to(device)
         target = sample.get("target")
-        tag = self.task.decoder_token() if hasattr(self.task, "decoder_token") else None
+        tag = self.task.decoder_token()
         if self.gen.score_reference:
             if target is None:
                 raise UsageError("--score-reference needs references (a binarized split, not --input)")
@@ -298,7 +296,7 @@ class Translator:
 
     def source_text(self, ids) -> str:
         """A binarized source as text, without the language token that tags it for the model."""
-        tags = self.task.language_token_ids() if hasattr(self.task, "language_token_ids") else set()
+        tags = self.task.language_token_ids()
         ids = [i for i in (ids.tolist() if hasattr(ids, "tolist") else ids) if i not in tags]
         return self.detokenize(self.task.src_dict.string(ids))
 

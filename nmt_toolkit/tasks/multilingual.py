@@ -145,11 +145,14 @@ class MultilingualTranslationTask(TranslationTask):
         self._seed = 1
 
     @classmethod
-    def setup_task(cls, cfg: MultilingualConfig, **kwargs) -> "MultilingualTranslationTask":
+    def setup_task(cls, cfg: MultilingualConfig, model_folder: Optional[ModelFolder] = None,
+                   **kwargs) -> "MultilingualTranslationTask":
+        """The task of the data-bin ``cfg.data``, or of the model folder there (``model_folder``: that folder
+        read already)."""
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
         if is_model_folder(cfg.data):
-            return cls.from_model_folder(cfg, read_model_folder(cfg.data))
+            return cls.from_model_folder(cfg, model_folder or read_model_folder(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess --lang-pairs first)")
         record = read_preprocess_json(cfg.data)
@@ -194,10 +197,11 @@ class MultilingualTranslationTask(TranslationTask):
         return task
 
     @classmethod
-    def setup_decoding(cls, cfg: MultilingualConfig) -> "MultilingualTranslationTask":
+    def setup_decoding(cls, cfg: MultilingualConfig,
+                       model_folder: Optional[ModelFolder] = None) -> "MultilingualTranslationTask":
         """The task set up to translate ``cfg.source_lang`` → ``cfg.target_lang``: any two languages that have
         a token, the directions trained or not (zero-shot); an unknown one is one line naming the known."""
-        task = cls.setup_task(cfg)
+        task = cls.setup_task(cfg, model_folder)
         known = ", ".join(task.langs)
         if not cfg.source_lang or not cfg.target_lang:  # an imported many-to-many model lists every direction
             trained = cfg.lang_pairs if len(task.pairs) <= 12 else f"{len(task.pairs)} directions"
@@ -208,6 +212,21 @@ class MultilingualTranslationTask(TranslationTask):
                 raise UsageError(f"{flag} {lang}: not a language of this model; it knows {known}")
         task.direction = (cfg.source_lang, cfg.target_lang)
         return task
+
+    @property
+    def multilingual(self) -> bool:
+        return True
+
+    def multilingual_record(self) -> dict:
+        """What the model decodes with: its languages (every one with a token), the trained directions and the
+        tag options (a model folder's manifest and a CTranslate2 export record it)."""
+        cfg = self.cfg
+        return {"languages": list(self.langs), "lang_pairs": [f"{src}-{tgt}" for src, tgt in self.pairs],
+                "lang_tok_style": cfg.lang_tok_style, "encoder_langtok": cfg.encoder_langtok,
+                "decoder_langtok": bool(cfg.decoder_langtok)}
+
+    def targets_tagged(self) -> bool:
+        return bool(self.cfg.decoder_langtok)
 
     def language_tokens(self, src: str, tgt: str) -> tuple[Optional[int], Optional[int]]:
         """The ids of the language tokens put first in the source and in the target of ``src``→``tgt``

@@ -106,17 +106,22 @@ class TranslationTask:
         self.tgt_dict = tgt_dict
         self.datasets: dict[str, LanguagePairDataset] = {}
         self.model_folder: Optional[ModelFolder] = None
+        #: every language the model translates from or into (a multilingual task: each with a token)
+        self.langs: list[str] = [lang for lang in (cfg.source_lang, cfg.target_lang) if lang]
         self._record = read_preprocess_json(cfg.data) if cfg.data else {}
         self._corpus_sampling: Optional[tuple] = None  # (split, CorpusSamplingConfig, seed)
         self._corpora: Optional[list] = None
 
     # ------------------------------------------------------------------ setup
     @classmethod
-    def setup_task(cls, cfg: TranslationConfig, **kwargs) -> "TranslationTask":
+    def setup_task(cls, cfg: TranslationConfig, model_folder: Optional[ModelFolder] = None,
+                   **kwargs) -> "TranslationTask":
+        """The task of the data-bin ``cfg.data``, or of the model folder there (``model_folder``: that folder
+        read already, so that it is not read twice)."""
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
         if is_model_folder(cfg.data):
-            return cls.from_model_folder(cfg, read_model_folder(cfg.data))
+            return cls.from_model_folder(cfg, model_folder or read_model_folder(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess first)")
         for flag, lang in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang)):
@@ -218,7 +223,8 @@ class TranslationTask:
 
     def sample_corpora(self, split: str, cfg: "corpus_mix.CorpusSamplingConfig", seed: int) -> None:
         """Read ``split`` with its sibling corpora ``split1``, ``split2``, … as one training set, each
-        epoch drawn under ``cfg`` with ``seed``; the options are checked against the corpora found."""
+        epoch drawn under ``cfg`` with ``seed``; the options are checked against the corpora found (the
+        multilingual task draws its directions instead)."""
         cfg.check_corpora(self.corpus_names(split))
         self._corpus_sampling = (split, cfg, seed)
 
@@ -394,3 +400,44 @@ class TranslationTask:
         """What ``Dictionary.string(..., bpe_symbol=)`` needs to undo the recorded segmentation."""
         record = (self._record.get("subword") or {}).get("type")
         return {"sentencepiece": "sentencepiece", "subword_nmt": "@@ "}.get(record)
+
+    # ------------------------------------------------------------------ what a multilingual task changes
+    # Decoding, training and export ask every task these questions; a task with language tokens
+    # (tasks/multilingual.py) answers them otherwise. The answers here leave sources and targets as they are.
+
+    #: --eval-bleu scores every validation split (each direction's), not only the first
+    bleu_on_every_split = False
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the model translates between several languages, chosen by language tokens."""
+        return False
+
+    def language_tokens(self, src: str, tgt: str) -> tuple[Optional[int], Optional[int]]:
+        """The ids of the tokens put first in a source and in a target of ``src``→``tgt``: none."""
+        return None, None
+
+    def tag_source(self, ids: np.ndarray) -> np.ndarray:
+        """A source to decode (ids ending with EOS) as the model reads it: unchanged."""
+        return ids
+
+    def decoder_token(self) -> Optional[int]:
+        """The token the decoder reads first after EOS when decoding (a forced prefix): none."""
+        return None
+
+    def language_token_ids(self) -> set[int]:
+        """The ids of the language tokens, kept out of printed text: none."""
+        return set()
+
+    def targets_tagged(self) -> bool:
+        """Whether the training targets start with a language token (which BLEU validation then forces and
+        strips, as decoding does)."""
+        return False
+
+    def validation_splits(self, splits: list[str]) -> list[str]:
+        """The splits validation reads for ``--valid-subset`` ``splits``: those."""
+        return list(splits)
+
+    def multilingual_record(self) -> Optional[dict]:
+        """The languages, directions and tag options a model folder or an export records: none."""
+        return None

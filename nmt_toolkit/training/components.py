@@ -119,12 +119,11 @@ def load_data(configs: dict[str, Any], parts: Components, seed: int, info, devic
     pair is too long is refused by name), the validation splits loaded, and the --eval-bleu decoder (or
     ``None``)."""
     task, opt = parts.task, configs["optimization"]
-    if configs.get("corpora") is not None and hasattr(task, "sample_corpora"):  # train, train1, … by weight
+    if configs.get("corpora") is not None:  # train, train1, … by weight; a multilingual task's directions
         task.sample_corpora(opt.train_subset, configs["corpora"], seed)
     task.load_dataset(opt.train_subset, epoch=epoch)
     valid_splits = [] if opt.disable_validation else [s for s in opt.valid_subset.split(",") if s]
-    if hasattr(task, "validation_splits"):  # a multilingual task adds each direction's split
-        valid_splits = task.validation_splits(valid_splits)
+    valid_splits = task.validation_splits(valid_splits)  # a multilingual task adds each direction's split
     for split in valid_splits:
         task.load_dataset(split)
     bleu_cfg = configs.get("eval_bleu")

@@ -79,7 +79,7 @@ class BleuValidator:
         self.tgt_dict = task.target_dictionary
         # a multilingual task's targets start with their language's token: the search is given it as a forced
         # first token, as nmt-generate gives it, and neither hypotheses nor references keep it
-        self.tagged_targets = bool(getattr(task.cfg, "decoder_langtok", False))
+        self.tagged_targets = task.targets_tagged()
         codec = task.subword()
         self.detok = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
         self.generator = SequenceGenerator([model], self.tgt_dict, self.gen, seed=seed)

@@ -33,7 +33,7 @@ class Validator:
         first = None
         for index, split in enumerate(self.splits):
             # the first split, and each of a multilingual task's directions (valid.en-de, ...)
-            with_bleu = self.bleu is not None and (index == 0 or getattr(self.task, "bleu_on_every_split", False))
+            with_bleu = self.bleu is not None and (index == 0 or self.task.bleu_on_every_split)
             metrics = self._metrics(split, with_bleu)
             stats = {"epoch": epoch, "loss": round(metrics["loss"], 4), "nll_loss": round(metrics["nll_loss"], 4),
                      "ppl": round(metrics["ppl"], 2), "num_updates": self.trainer.num_updates}
