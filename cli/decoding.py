@@ -42,19 +42,23 @@ def choose_device(io: DecodeDeviceConfig):
     return torch.device("cpu")
 
 
-def load_translator(configs: dict, need_attn: bool, scores: bool = True):
-    """The task and models of the parsed options as a Translator, after setting torch's thread count. The
-    random seed is set last, right before decoding, so that --sampling draws a stream nothing else used."""
+def load_translator(configs: dict, need_attn: bool, scores: bool = True, direction: str = "named"):
+    """The task and models of the parsed options as a Translator, after setting torch's thread count; the
+    first model of --path is read once (:func:`~nmt_toolkit.loading.open_model`) and chooses the task
+    (``direction``: see :func:`~nmt_toolkit.loading.model_task`). The random seed is set last, right before
+    decoding, so that --sampling draws a stream nothing else used."""
     import torch
 
-    from nmt_toolkit.generation.translator import Engine, Translator, decoding_task
+    from nmt_toolkit.generation.translator import Engine, Translator
+    from nmt_toolkit.loading import model_task, open_model
 
     gen, io, seed = configs["generation"], configs["io"], configs["common"].seed
     if not gen.path:
         raise UsageError("--path is required (a checkpoint, or several separated by ':')")
     if not configs["task"].data and data_folder_of(gen.path):  # the folder holds dictionaries and subword models
         configs["task"].data = data_folder_of(gen.path)
-    task = decoding_task(configs["task"], gen.path)  # a multilingual checkpoint gets its own task
+    opened = open_model(gen.path.split(":")[0])
+    task = model_task(configs["task"], opened, direction)  # a multilingual model gets its own task
     device = choose_device(io)
     if io.threads is not None:
         torch.set_num_threads(io.threads)
@@ -62,7 +66,7 @@ def load_translator(configs: dict, need_attn: bool, scores: bool = True):
         raise UsageError("--fp16 and --bf16 exclude each other")
     precision = "fp16" if io.fp16 else "bf16" if io.bf16 else None
     engine = Engine(io.engine, device, precision, ct2_threads=io.threads or 0, seed=seed)
-    translator = Translator.from_task(task, gen, engine, need_attn=need_attn, scores=scores)
+    translator = Translator.from_task(task, gen, engine, need_attn=need_attn, scores=scores, opened=opened)
     torch.manual_seed(seed)
     return translator
 

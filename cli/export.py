@@ -27,7 +27,7 @@ from typing import Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.export.ctranslate2 import QUANTIZATIONS
-from nmt_toolkit.model_folder import is_model_folder
+from nmt_toolkit.loading import model_task, open_model
 from nmt_toolkit.outputs import FolderOutput
 
 
@@ -53,7 +53,6 @@ def export(configs: dict) -> int:
 
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.export.ctranslate2 import export as export_ct2
-    from nmt_toolkit.checkpoints import load_checkpoint
 
     cfg: ExportConfig = configs["export"]
     if not cfg.path:
@@ -61,34 +60,25 @@ def export(configs: dict) -> int:
     if not cfg.output_dir:
         raise UsageError("--output-dir is required")
     output = FolderOutput(cfg.output_dir, _output_kind(cfg.format), cfg.overwrite, f"--output-dir {cfg.output_dir}")
-    task_cfg = configs["task"]
-    if not task_cfg.data and is_model_folder(cfg.path):  # the folder holds its dictionaries and subword models
-        task_cfg.data = cfg.path
-    if not task_cfg.data:  # the data-bin the checkpoint was trained on
-        recorded = (load_checkpoint(cfg.path).get("config") or {}).get("task") or {}
-        if not recorded.get("data"):
-            raise UsageError(f"{cfg.path}: the checkpoint records no data-bin folder; give it as DATA")
-        task_cfg.data = recorded["data"]
-        task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
-        task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
-    task = _task(task_cfg, cfg.path)
-    if hasattr(task, "language_tokens") and cfg.format in ("fairseq", "marian"):
+    model = open_model(cfg.path)  # read once: the data-bin, the task and the weights come from it
+    task = model_task(_data_options(configs["task"], model), model, direction="none")
+    if task.multilingual and cfg.format in ("fairseq", "marian"):
         raise UsageError(f"--format {cfg.format}: {cfg.path} is a multilingual model ({', '.join(task.langs)}); it "
                          f"exports as --format folder or ctranslate2, which keep its language tokens")
     if cfg.format == "folder":
-        return _export_folder(cfg, task, output)
+        return _export_folder(cfg, model, task, output)
     if cfg.format == "marian":
-        return _export_marian(cfg, task, output)
+        return _export_marian(cfg, model, task, output)
     if cfg.format == "fairseq":
         from nmt_toolkit.export.fairseq import export as export_fairseq
 
         if cfg.quantization != "none":
             raise UsageError("--quantization applies to --format ctranslate2 only; fairseq checkpoints are float32")
-        record = export_fairseq(cfg.path, task, output)
+        record = export_fairseq(model, task, output)
         logging.getLogger("nmt_toolkit.export").info("wrote %s (fairseq checkpoint, %s positions)",
                                                       record["fairseq_checkpoint"], record["positions"])
         return 0
-    record = export_ct2(cfg.path, task, output, cfg.quantization)
+    record = export_ct2(model, task, output, cfg.quantization)
     logging.getLogger("nmt_toolkit.export").info(
         "wrote %s (CTranslate2 %s, quantization %s, %d positions%s)", cfg.output_dir, record["ctranslate2_version"],
         cfg.quantization, record["max_positions"],
@@ -96,24 +86,22 @@ def export(configs: dict) -> int:
     return 0
 
 
-def _task(task_cfg, path: str):
-    """The task that reads the model at ``path``: a multilingual checkpoint or model folder gets
-    translation_multi_simple_epoch with the options it records (no direction: every language is exported),
-    any other the translation task."""
-    import dataclasses
+def _data_options(task_cfg, model):
+    """``task_cfg`` with the data folder ``model`` needs: a model folder is its own; a checkpoint given without
+    DATA names the data-bin it was trained on."""
+    from nmt_toolkit.errors import UsageError
 
-    from nmt_toolkit.loading import load_any_checkpoint
-    from nmt_toolkit.model_folder import MULTILINGUAL_TASK
-    from nmt_toolkit.registry import TASKS
-    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
-
-    config = load_any_checkpoint(path).get("config") or {}
-    if (config.get("components") or {}).get("task") != MULTILINGUAL_TASK or not isinstance(config.get("task"), dict):
-        return TASKS.get("translation").obj.setup_task(task_cfg)
-    own = {f.name for f in dataclasses.fields(task_cfg)}
-    options = {f.name: config["task"][f.name] for f in dataclasses.fields(MultilingualConfig)
-               if f.name not in own and config["task"].get(f.name) is not None}
-    return MultilingualTranslationTask.setup_task(MultilingualConfig(**dataclasses.asdict(task_cfg), **options))
+    if not task_cfg.data and model.folder is not None:  # the folder holds its dictionaries and subword models
+        task_cfg.data = model.path
+    if not task_cfg.data:
+        recorded = model.config.get("task")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        if not recorded.get("data"):
+            raise UsageError(f"{model.path}: the checkpoint records no data-bin folder; give it as DATA")
+        task_cfg.data = recorded["data"]
+        task_cfg.source_lang = task_cfg.source_lang or recorded.get("source_lang")
+        task_cfg.target_lang = task_cfg.target_lang or recorded.get("target_lang")
+    return task_cfg
 
 
 def _output_kind(fmt: str):
@@ -129,7 +117,7 @@ def _output_kind(fmt: str):
     return kind
 
 
-def _export_folder(cfg: ExportConfig, task, output) -> int:
+def _export_folder(cfg: ExportConfig, model, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
@@ -137,7 +125,7 @@ def _export_folder(cfg: ExportConfig, task, output) -> int:
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a model folder holds float32 weights")
-    record = export_folder(cfg.path, task, output)
+    record = export_folder(model, task, output)
     languages = (f"{record['source_lang']}→{record['target_lang']}" if record["source_lang"] else
                  f"languages {', '.join(record['languages'])}")
     logging.getLogger("nmt_toolkit.export").info("wrote %s (model folder, %s, subword %s)", cfg.output_dir,
@@ -145,7 +133,7 @@ def _export_folder(cfg: ExportConfig, task, output) -> int:
     return 0
 
 
-def _export_marian(cfg: ExportConfig, task, output) -> int:
+def _export_marian(cfg: ExportConfig, model, task, output) -> int:
     import logging
 
     from nmt_toolkit.errors import UsageError
@@ -153,7 +141,7 @@ def _export_marian(cfg: ExportConfig, task, output) -> int:
 
     if cfg.quantization != "none":
         raise UsageError("--quantization applies to --format ctranslate2 only; a Marian folder holds float32 weights")
-    record = export_marian(cfg.path, task, output)
+    record = export_marian(model, task, output)
     logging.getLogger("nmt_toolkit.export").info("wrote %s (Hugging Face Marian, %s→%s, decoding starts from %s)",
                                                   cfg.output_dir, record["source_lang"], record["target_lang"],
                                                   record["decoder_start"])

@@ -58,11 +58,11 @@ def _load_models(configs: dict) -> list:
 
     from nmt_toolkit.errors import UsageError
 
-    models = [_served({**configs, "task": _any_direction(configs["task"], configs["generation"].path)})]
+    models = [_served(configs)]
     for folder in configs["serve"].also:
         task = dataclasses.replace(configs["task"], data=None, source_lang=None, target_lang=None)
         gen = dataclasses.replace(configs["generation"], path=folder)
-        model = _served({**configs, "task": _any_direction(task, folder), "generation": gen})
+        model = _served({**configs, "task": task, "generation": gen})
         twice = [f"{s}-{t}" for s, t in model.pairs() if any(m.serves(s, t) for m in models)]
         if twice:
             raise UsageError(f"--also {folder}: {', '.join(twice[:3])} is served already (one model per pair)")
@@ -71,29 +71,14 @@ def _load_models(configs: dict) -> list:
 
 
 def _served(configs: dict):
-    """The loaded model of ``configs`` as what the server serves (a ServedModel or a MultilingualModel)."""
+    """The loaded model of ``configs`` as what the server serves (a ServedModel or a MultilingualModel); a
+    multilingual model named without a direction loads with its first trained one (it serves every one)."""
     from nmt_toolkit.serving.models import MultilingualModel, ServedModel
 
-    translator = load_translator({**configs, "io": configs["device"]}, need_attn=False)
-    if getattr(translator.task, "direction", None) is not None:
+    translator = load_translator({**configs, "io": configs["device"]}, need_attn=False, direction="any")
+    if translator.task.multilingual:
         return MultilingualModel(translator)
     return ServedModel(translator.task.cfg.source_lang, translator.task.cfg.target_lang, translator)
-
-
-def _any_direction(task, path: str):
-    """``task`` with a direction to load a multilingual model with when none is named (its first trained one;
-    every direction is served anyway); other models' options unchanged."""
-    import dataclasses
-
-    from nmt_toolkit.generation.translator import recorded_task
-
-    if task.source_lang and task.target_lang:
-        return task
-    recorded = recorded_task(path.split(":")[0]) if path else None
-    if not recorded or not recorded.get("lang_pairs"):
-        return task  # not multilingual, or the task's own error names what is missing
-    source, target = recorded["lang_pairs"].split(",")[0].split("-")
-    return dataclasses.replace(task, source_lang=task.source_lang or source, target_lang=task.target_lang or target)
 
 
 def _workers(cfg: ServeConfig, translator) -> ServeConfig:

@@ -1,35 +1,202 @@
-"""Checkpoint files → models: ours, or fairseq's converted on the fly, rebuilt from their stored configs.
+"""A model path → what it holds, read once; checkpoints → models, rebuilt from their stored configs.
 
-Decoding (``generation/``) and exporting (``export/``) both start from a checkpoint file, so the loading
-sits below both of them: neither package imports the other to get a model. It reads fairseq files through
+:func:`open_model` is the one way every program opens a ``--path``: one of our checkpoints, a fairseq
+checkpoint (converted on the fly), a model folder or an nmt-export CTranslate2 folder, each file read once.
+What it returns (:class:`OpenedModel`) is what the task is chosen from (:func:`model_task`) and what
+:func:`load_models`, the Translator and the exporters take, so that no program reads a model file twice.
+
+Decoding (``generation/``) and exporting (``export/``) both start from a checkpoint, so the loading sits
+below both of them: neither package imports the other to get a model. It reads fairseq files through
 ``importers/fairseq.py`` (the weight renaming, one direction only) and our files through
 ``checkpoints.py``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from nmt_toolkit.errors import DataError
+from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.models.state_dict_checks import check_shapes, check_values
 
+MULTILINGUAL_TASK = "translation_multi_simple_epoch"
 
-def load_any_checkpoint(path: str) -> dict:
-    """One of our checkpoints, a model folder (its safetensors weights and config, shaped as a checkpoint),
-    or a fairseq checkpoint converted on the fly (``nmt-generate --path`` accepts all three). A file that is
-    none of them keeps our loader's error; a pickle naming a class that a checkpoint never holds (a planted
-    ``__reduce__``) is refused by name."""
-    from nmt_toolkit.importers import fairseq_pickle
-    from nmt_toolkit.importers.fairseq import converted, is_fairseq_checkpoint
+
+@dataclass(frozen=True)
+class OpenedModel:
+    """What :func:`open_model` read at ``path``. ``state`` is shaped as our checkpoints are (``model``,
+    ``config``, ``version``, ``dictionaries``) for a checkpoint of ours or fairseq's and for a model folder;
+    ``folder`` is the model folder as read (manifest, config, dictionaries, subword models); ``export`` is a
+    CTranslate2 export's ``nmt_export.json``, whose weights only CTranslate2 reads."""
+
+    path: str
+    state: Optional[dict] = None
+    folder: Optional[Any] = None  # a model_folder.ModelFolder
+    export: Optional[dict] = None
+
+    @property
+    def config(self) -> dict:
+        """The checkpoint's plain config (``{}`` for a CTranslate2 export)."""
+        config = (self.state or {}).get("config")
+        return config if isinstance(config, dict) else {}
+
+    @property
+    def task_name(self) -> str:
+        """The task the model was trained with."""
+        if self.export is not None:
+            return MULTILINGUAL_TASK if isinstance(self.export.get("task"), dict) else "translation"
+        components = self.config.get("components")
+        return str((components if isinstance(components, dict) else {}).get("task") or "translation")
+
+    def task_options(self) -> Optional[dict]:
+        """The options of the multilingual task the model records (its directions, tags), or None for a model of
+        any other task."""
+        if self.export is not None:
+            recorded = self.export.get("task")
+        else:
+            recorded = self.config.get("task") if self.task_name == MULTILINGUAL_TASK else None
+        return dict(recorded) if isinstance(recorded, dict) else None
+
+    def checkpoint(self) -> dict:
+        """The checkpoint-shaped state; a CTranslate2 export has none of ours: one line saying what reads it."""
+        if self.state is None:
+            raise DataError(f"{self.path}: a CTranslate2 export (nmt_export.json) holds no weights of ours; decode it "
+                            f"with --engine ctranslate2, or give the checkpoint or model folder it was exported from")
+        return self.state
+
+
+def open_model(path: str) -> OpenedModel:
+    """Read the model at ``path`` once: a model folder (manifest, config, dictionaries and weights), a folder
+    written by ``nmt-export --format ctranslate2`` (its record; CTranslate2 reads the weights), one of our
+    checkpoints or a fairseq checkpoint converted on the fly. A file that is none of them keeps our loader's
+    error; a pickle naming a class that a checkpoint never holds (a planted ``__reduce__``) is refused by name."""
+    from nmt_toolkit.export_record import read_export
     from nmt_toolkit.model_folder import is_model_folder, read_model_folder
-    from nmt_toolkit.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
 
     if is_model_folder(path):
-        return read_model_folder(path).checkpoint()
+        folder = read_model_folder(path)
+        return OpenedModel(path, state=folder.checkpoint(), folder=folder)
+    if os.path.isdir(path):
+        record = read_export(path)
+        if record is None or record.get("format") != "ctranslate2":
+            raise DataError(f"--path {path}: not a folder written by nmt-export --format ctranslate2 (no "
+                            f"nmt_export.json), nor a model folder (no manifest.json)")
+        return OpenedModel(path, export=record)
+    return OpenedModel(path, state=_read_checkpoint_file(path))
+
+
+def as_opened(model: Union[str, "OpenedModel"]) -> OpenedModel:
+    """``model`` itself when it was opened already, else the path opened (:func:`open_model`)."""
+    return model if isinstance(model, OpenedModel) else open_model(model)
+
+
+#: how :func:`model_task` sets up a multilingual model's direction
+DIRECTIONS = ("named", "any", "none")
+
+
+def model_task(cfg, opened: OpenedModel, direction: str = "named", task: Optional[str] = None):
+    """The task that reads ``opened`` with the data options ``cfg`` (a :class:`TranslationConfig`, or the
+    multilingual task's config where a program took that task's flags, as fairseq-generate does).
+
+    A model trained with ``--task translation_multi_simple_epoch`` gets that task with the language options it
+    records; a flag of that task that contradicts them is refused, naming it. ``direction``: ``named`` decodes
+    ``cfg.source_lang`` → ``cfg.target_lang`` (both required); ``any`` decodes the first trained direction when
+    none is named (a server serves every direction of the one loaded model); ``none`` sets up no direction
+    (an export keeps every language). Any other model gets the translation task. ``task``: the task named on
+    the command line (``--task``), refused when it is not the one the model was trained with. A model folder
+    given as the data folder is set up from what ``opened`` read, not read again."""
+    from nmt_toolkit.tasks.translation import TranslationTask
+
+    if task is not None and task != opened.task_name:
+        raise UsageError(f"--task {task}: {opened.path} was trained with --task {opened.task_name}")
+    folder = opened.folder if opened.folder is not None and cfg.data and _same_path(cfg.data, opened.path) else None
+    recorded = opened.task_options()
+    if recorded is None:
+        return TranslationTask.setup_task(cfg, folder)
+    from nmt_toolkit.tasks.multilingual import MultilingualTranslationTask
+
+    options = _multilingual_options(cfg, recorded, opened.path)
+    if direction == "none":
+        return MultilingualTranslationTask.setup_task(options, folder)
+    pairs = options.lang_pairs
+    if direction == "any" and pairs and not (options.source_lang and options.target_lang):
+        source, target = pairs.split(",")[0].split("-")  # else the task's own error names what is missing
+        options.source_lang, options.target_lang = options.source_lang or source, options.target_lang or target
+    return MultilingualTranslationTask.setup_decoding(options, folder)
+
+
+def _multilingual_options(cfg, recorded: dict, path: str):
+    """The multilingual task's config: the data options of ``cfg`` with the language options ``recorded``.
+    Where ``cfg`` is that task's config already (its flags were given, as fairseq-generate takes them), a flag
+    given with another value than its default must agree with what the model records; those that do not are
+    one line naming them. A ``--lang-dict`` listing the model's languages in the model's order is used in place
+    of the file the training run read (which may be gone)."""
+    from nmt_toolkit.tasks.multilingual import MultilingualConfig
+    from nmt_toolkit.tasks.translation import TranslationConfig
+
+    data_options = {f.name for f in dataclasses.fields(TranslationConfig)}
+    values = {name: getattr(cfg, name) for name in data_options}
+    contradictions = []
+    for f in dataclasses.fields(MultilingualConfig):
+        if f.name in data_options:
+            continue
+        given = getattr(cfg, f.name) if isinstance(cfg, MultilingualConfig) else f.default
+        if f.name not in recorded:  # the model does not say (a model folder records no sampling options)
+            values[f.name] = given
+            continue
+        own = f.default if recorded[f.name] is None else recorded[f.name]
+        values[f.name] = own
+        if given == f.default or _agree(f.name, given, own, recorded):
+            values[f.name] = given if f.name == "lang_dict" and given is not None else own
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        contradictions.append((flag if given is True else f"{flag} {given}") +
+                              (f" (trained without {flag})" if own in (False, None) else f" (trained with {flag} {own})"))
+    if contradictions:
+        raise UsageError(f"{path}: {', '.join(contradictions)}: not the model's own options; leave "
+                         f"{'it' if len(contradictions) == 1 else 'them'} out (the model's are used)")
+    return MultilingualConfig(**values)
+
+
+def _agree(name: str, given: Any, own: Any, recorded: dict) -> bool:
+    """Whether a multilingual option given on the command line says what the model's recorded ``own`` says:
+    the same value, the same directions in another order, or a ``--lang-dict`` listing the same languages in
+    the same order (the recorded file unread when gone: the dictionary's fingerprint decides then)."""
+    from nmt_toolkit.data.lang_pairs import languages, parse_lang_pairs
+    from nmt_toolkit.tasks.multilingual import read_lang_dict
+
+    if given == own:
+        return True
+    if name == "lang_pairs":
+        return set(parse_lang_pairs(given)) == set(parse_lang_pairs(own))
+    if name != "lang_dict":
+        return False
+    if not recorded.get("lang_pairs"):
+        return False
+    used = sorted(languages(parse_lang_pairs(recorded["lang_pairs"])))
+    if own is not None and not os.path.isfile(own):
+        return True
+    return read_lang_dict(given, used) == (read_lang_dict(own, used) if own is not None else used)
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _read_checkpoint_file(path: str) -> dict:
+    """One of our checkpoints, or a fairseq checkpoint converted on the fly."""
+    from nmt_toolkit.importers import fairseq_pickle
+    from nmt_toolkit.importers.fairseq import converted, is_fairseq_checkpoint
+    from nmt_toolkit.checkpoints import is_torchscript_archive, load_checkpoint as load_ours
+
     try:
         return load_ours(path)
     except DataError as ours:
@@ -46,10 +213,11 @@ def load_any_checkpoint(path: str) -> dict:
     return converted(state, path)
 
 
-def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[str] = (),
-                  device: Optional[torch.device] = None, langs: Sequence[Optional[str]] = (None, None)
-                  ) -> tuple[list[nn.Module], list[dict]]:
-    """Rebuild the models of ``paths`` from their stored configs and load their weights.
+def load_models(sources: Sequence[Union[str, OpenedModel]], src_dict, tgt_dict, dict_files: Sequence[str] = (),
+                device: Optional[torch.device] = None, langs: Sequence[Optional[str]] = (None, None)
+                ) -> tuple[list[nn.Module], list[dict]]:
+    """Rebuild the models of ``sources`` (paths, or models opened already by :func:`open_model`; a path is
+    opened here, one at a time) from their stored configs and load their weights.
 
     Every checkpoint loads with ``weights_only=True``; a missing, truncated or foreign file is one error line
     naming it. A checkpoint that records other dictionaries or another direction than ``dict_files`` and
@@ -62,8 +230,9 @@ def load_models(paths: Sequence[str], src_dict, tgt_dict, dict_files: Sequence[s
     from nmt_toolkit.checkpoints import check_dictionaries
 
     models, configs = [], []
-    for path in paths:
-        state = load_any_checkpoint(path)  # ours, or fairseq's converted on the fly
+    for source in sources:
+        opened = as_opened(source)
+        path, state = opened.path, opened.checkpoint()
         check_dictionaries(state, path, src_dict, tgt_dict, tuple(langs),
                            tuple(dict_files) if len(dict_files) == 2 else (None, None))
         config = state["config"]

@@ -172,3 +172,36 @@ def test_outputs_are_replaced_and_removed_only_by_the_output_service():
              if path != ROOT / "nmt_toolkit" / "outputs.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def _names_a_task(node: ast.AST) -> bool:
+    """Whether an expression is a task or reaches into one: ``task``, ``self.task``, ``translator.task.cfg``."""
+    while isinstance(node, ast.Attribute):
+        if node.attr == "task":
+            return True
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "task"
+
+
+def task_probes(source: str) -> list[str]:
+    """``hasattr(task, …)`` and ``getattr(task, …, default)`` in ``source``: asking whether a task has a feature
+    instead of calling the hook every task declares."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+            and (node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3))
+            and _names_a_task(node.args[0])]
+
+
+def test_the_probe_finder_finds_a_probe():
+    source = ("a = hasattr(self.task, 'langs')\nb = getattr(task.cfg, 'decoder_langtok', False)\n"
+              "c = getattr(task.cfg, 'source_lang')\nd = hasattr(dataset, 'split')\ne = hasattr(task_cfg, 'data')\n")
+    assert task_probes(source) == ["1: hasattr(self.task, 'langs')", "2: getattr(task.cfg, 'decoder_langtok', False)"]
+
+
+def test_no_program_or_library_module_outside_tasks_probes_a_task_for_a_feature():
+    """What a multilingual task adds (language tokens, tagging, direction splits, its record) is declared on
+    TranslationTask with neutral answers (docs/plugins.md), so every caller asks every task the same way."""
+    tasks = ROOT / "nmt_toolkit" / "tasks"
+    found = [f"{path.relative_to(ROOT)}:{probe}" for path in sorted(_modules().values()) if tasks not in path.parents
+             for probe in task_probes(path.read_text())]
+    assert found == []

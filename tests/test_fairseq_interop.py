@@ -83,7 +83,7 @@ def test_a_planted_reduce_payload_is_refused_and_never_runs(tmp_path):
     with pytest.raises(DataError, match=r"refusing to load (posix|os|nt)\.system"):
         fairseq_pickle.read(str(path))
     with pytest.raises(DataError, match="refusing to load"):
-        loading.load_any_checkpoint(str(path))  # what nmt-generate --path does
+        loading.open_model(str(path))  # what nmt-generate --path does
     assert not marker.exists() and state["model"]
 
 

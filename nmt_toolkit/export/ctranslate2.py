@@ -34,14 +34,11 @@ import os
 import shutil
 from typing import Optional
 
-from nmt_toolkit.data.folder_files import check_inside
-from nmt_toolkit.data.json_files import read_json_object
-from nmt_toolkit.data.language_codes import is_language_code
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import UsageError
+from nmt_toolkit.export_record import EXPORT_JSON, read_export
 from nmt_toolkit.outputs import OutputKind, as_output
 
 QUANTIZATIONS = ("none", "int8", "int8_float16", "int16", "float16", "bfloat16")
-EXPORT_JSON = "nmt_export.json"
 MIN_SINUSOID_ROWS = 1024
 
 
@@ -162,23 +159,26 @@ CTRANSLATE2_FOLDER = OutputKind("a CTranslate2 model folder", markers=("model.bi
                                          EXPORT_JSON), named_by=_export_names)
 
 
-def export(checkpoint: str, task, output_dir, quantization: str = "none", overwrite: bool = False) -> dict:
+def export(checkpoint, task, output_dir, quantization: str = "none", overwrite: bool = False) -> dict:
     """Write ``checkpoint`` (decoded with ``task``'s dictionaries) as a CTranslate2 model in ``output_dir`` (a
     path, or an output a program claimed already): ``model.bin``, CTranslate2's ``config.json`` and
     vocabularies, our ``dict.<lang>.txt`` and the subword model copied beside them, and ``nmt_export.json``
     (what was exported). Written into a staging folder and swapped in when complete
-    (:class:`~nmt_toolkit.outputs.FolderOutput`). Returns the JSON record."""
+    (:class:`~nmt_toolkit.outputs.FolderOutput`). Returns the JSON record. ``checkpoint``: a path, or the model
+    :func:`~nmt_toolkit.loading.open_model` read already."""
     require_ctranslate2()
     import ctranslate2
 
-    from nmt_toolkit.loading import load_models
+    from nmt_toolkit.loading import as_opened, load_models
     from nmt_toolkit.checkpoints import task_dictionaries
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
     output = as_output(output_dir, CTRANSLATE2_FOLDER, overwrite)
     src, tgt, langs, files = task_dictionaries(task)
-    models, configs = load_models([checkpoint], src, tgt, files, langs=langs)
+    opened = as_opened(checkpoint)  # a path is read here, once
+    checkpoint = opened.path
+    models, configs = load_models([opened], src, tgt, files, langs=langs)
     model = models[0]
     check_exportable(model, checkpoint)
     spec = build_spec(model, task.src_dict, task.tgt_dict)
@@ -233,45 +233,3 @@ def _multilingual_config(task) -> Optional[dict]:
     return {"languages": record["languages"], "task": multilingual_task_options(record),
             "multilingual": {**{k: v for k, v in record.items() if k != "languages"}, "language_tokens": tokens}}
 
-
-def read_export(folder: str) -> Optional[dict]:
-    """The ``nmt_export.json`` record of an exported folder, or None when ``folder`` is not one. CTranslate2
-    and we read the folder's files, so one that is a link leading out of the folder is refused; so is a
-    record whose fields differ in shape from what nmt-export writes, naming the key."""
-    path = os.path.join(folder, EXPORT_JSON)
-    if not os.path.isfile(path):
-        return None
-    for name in sorted(os.listdir(folder)):
-        check_inside(folder, os.path.join(folder, name))
-    record = read_json_object(path, "the export record")
-    _check_export_record(record, path)
-    return record
-
-
-def _check_export_record(record: dict, path: str) -> None:
-    def wrong(key: str, expected: str):
-        raise DataError(f"{path}: {key} must be {expected} (the file was edited; export the model again)")
-
-    names = record.get("dictionaries")
-    if not isinstance(names, dict) or not all(isinstance(names.get(side), str) and names[side] and
-                                              os.path.basename(names[side]) == names[side] not in (".", "..")
-                                              for side in ("source", "target")):
-        wrong("dictionaries", "an object naming the source and target dictionary files of the folder")
-    positions = record.get("max_positions")
-    if not isinstance(positions, int) or isinstance(positions, bool) or not 1 <= positions <= 1_000_000:
-        wrong("max_positions", "an integer in [1, 1000000]")
-    for key in ("source_lang", "target_lang"):
-        if record.get(key) is not None and not is_language_code(record[key]):
-            wrong(key, "null or a language code (ASCII letters, digits and _)")
-    languages = record.get("languages")
-    if languages is not None and (not isinstance(languages, list) or not all(map(is_language_code, languages))):
-        wrong("languages", "null or a list of language codes")
-    if record.get("task") is not None and not isinstance(record["task"], dict):
-        wrong("task", "null or an object")
-
-
-def recorded_task_options(folder: str) -> Optional[dict]:
-    """The multilingual task options an exported folder records (``nmt_export.json``'s ``task``), else None."""
-    record = read_export(folder)
-    task = (record or {}).get("task")
-    return dict(task) if isinstance(task, dict) else None

@@ -126,17 +126,18 @@ FAIRSEQ_FOLDER = OutputKind("a fairseq export", markers=("checkpoint.pt",), requ
                             members=("dict.*.txt", "nmt_export.json"))
 
 
-def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
+def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     """Write ``output_dir/checkpoint.pt`` (fairseq 0.12's layout) and the data-bin's dictionaries beside it,
     into a staging folder swapped in when complete (``output_dir``: a path, or an output a program claimed
-    already)."""
+    already). ``checkpoint``: a path, or the model :func:`~nmt_toolkit.loading.open_model` read already."""
     from nmt_toolkit.config import from_dict
     from nmt_toolkit.models.transformer import TransformerConfig
-    from nmt_toolkit.loading import load_any_checkpoint
+    from nmt_toolkit.loading import as_opened
     from nmt_toolkit.checkpoints import check_task_dictionaries
 
     output = as_output(output_dir, FAIRSEQ_FOLDER, overwrite)
-    state = load_any_checkpoint(checkpoint)  # ours, or a model folder's weights and config
+    opened = as_opened(checkpoint)  # ours, or a model folder's weights and config
+    checkpoint, state = opened.path, opened.checkpoint()
     check_task_dictionaries(state, checkpoint, task)
     config = state["config"]
     if config.get("components", {}).get("model") != "transformer":

@@ -13,17 +13,20 @@ from nmt_toolkit.model_folder import MODEL_FOLDER, scheme_of_codec, write_model_
 from nmt_toolkit.outputs import as_output
 
 
-def export(checkpoint: str, task, output_dir, overwrite: bool = False, made_by: Optional[str] = None,
+def export(checkpoint, task, output_dir, overwrite: bool = False, made_by: Optional[str] = None,
            target_lang_tag: Optional[str] = None) -> dict:
     """Write ``checkpoint`` (with ``task``'s dictionaries and subword models) as a model folder at
     ``output_dir`` (a path, or an output a program claimed already); returns what was written (the
-    manifest's main entries)."""
-    from nmt_toolkit.loading import load_models
+    manifest's main entries). ``checkpoint``: a path, or the model :func:`~nmt_toolkit.loading.open_model` read
+    already."""
+    from nmt_toolkit.loading import as_opened, load_models
     from nmt_toolkit.checkpoints import task_dictionaries
 
     output_dir = as_output(output_dir, MODEL_FOLDER, overwrite)  # refused before the model is read
     src, tgt, langs, _ = task_dictionaries(task)
-    models, configs = load_models([checkpoint], src, tgt, task.dictionary_files(), langs=langs)
+    opened = as_opened(checkpoint)
+    checkpoint = opened.path
+    models, configs = load_models([opened], src, tgt, task.dictionary_files(), langs=langs)
     config = configs[0]
     kind, files = task.subword_files()
     arch = (config.get("components") or {}).get("arch") or config["components"]["model"]

@@ -152,21 +152,6 @@ def write_marian_folder(folder: str, model, src_dict, tgt_dict, langs: tuple, su
     _write_json(os.path.join(folder, "special_tokens_map.json"), dict(SPECIALS))
 
 
-def _load(checkpoint: str, task, src, tgt, langs):
-    """The model of ``checkpoint``: a checkpoint file through the loading path, or the task's own model folder."""
-    from nmt_toolkit.loading import load_models
-
-    folder = getattr(task, "model_folder", None)
-    if folder is not None and os.path.isdir(checkpoint) and os.path.samefile(checkpoint, folder.path):
-        from nmt_toolkit.models import build_model_from_config_dict
-
-        state = folder.checkpoint()
-        model = build_model_from_config_dict(state["config"], src, tgt, what=checkpoint)
-        model.load_state_dict(state["model"])
-        return model.eval()
-    return load_models([checkpoint], src, tgt, task.dictionary_files(), langs=langs)[0][0]
-
-
 #: a Hugging Face Marian folder as an output: the files :func:`write_marian_folder` writes
 MARIAN_FOLDER = OutputKind("a Hugging Face Marian folder", markers=("model.safetensors",),
                            required=("config.json", "model.safetensors"),
@@ -174,16 +159,20 @@ MARIAN_FOLDER = OutputKind("a Hugging Face Marian folder", markers=("model.safet
                                     "source.spm", "target.spm", "tokenizer_config.json", "special_tokens_map.json"))
 
 
-def export(checkpoint: str, task, output_dir, overwrite: bool = False) -> dict:
+def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     """Write ``checkpoint`` (with ``task``'s dictionaries and sentencepiece models) as a Hugging Face Marian
     folder at ``output_dir`` (a path, or an output a program claimed already), atomically: a staging folder
-    swapped in when complete (:class:`~nmt_toolkit.outputs.FolderOutput`)."""
+    swapped in when complete (:class:`~nmt_toolkit.outputs.FolderOutput`). ``checkpoint``: a path, or the model
+    :func:`~nmt_toolkit.loading.open_model` read already."""
     from nmt_toolkit.models.transformer import TransformerModel
     from nmt_toolkit.checkpoints import task_dictionaries
+    from nmt_toolkit.loading import as_opened, load_models
 
     output = as_output(output_dir, MARIAN_FOLDER, overwrite)
     src, tgt, langs, _ = task_dictionaries(task)
-    model = _load(checkpoint, task, src, tgt, langs)
+    opened = as_opened(checkpoint)
+    checkpoint = opened.path
+    model = load_models([opened], src, tgt, task.dictionary_files(), langs=langs)[0][0]
     if type(model) is not TransformerModel:
         raise UsageError(f"{checkpoint}: a {type(model).__name__} cannot be exported to Hugging Face Marian (only "
                          "the built-in transformer)")

@@ -47,7 +47,7 @@ from typing import Optional
 import torch
 
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.export.ctranslate2 import read_export, require_ctranslate2
+from nmt_toolkit.export.ctranslate2 import require_ctranslate2
 from nmt_toolkit.outputs import discard_staging
 
 logger = logging.getLogger("nmt_toolkit.generation.ct2_engine")
@@ -90,28 +90,27 @@ class _Positions:
 class CTranslate2Generator:
     """Decoding through ``ctranslate2.Translator`` (see the module docstring)."""
 
-    def __init__(self, path: str, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None,
+    def __init__(self, model, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None,
                  scores: bool = True):
+        """``model``: the ``--path`` as :func:`~nmt_toolkit.loading.open_model` read it, an export or a
+        checkpoint (exported here for this run, from what was read)."""
         self._tmp = None  # first: close() (from __del__) runs even when the lines below raise
         ct2 = require_ctranslate2()
         self.gen, self.src_dict, self.tgt_dict = gen, task.src_dict, task.tgt_dict
         self.scores = scores  # False (nmt-generate --quiet prints no scores): no score_batch pass
         self.eos, self.pad = self.tgt_dict.eos(), self.tgt_dict.pad()
-        if os.path.isdir(path):
-            folder = path
-        elif os.path.isfile(path):  # a checkpoint: export it for this run
+        if model.export is not None:
+            folder, record = model.path, model.export
+        elif model.folder is not None:
+            raise DataError(f"--path {model.path}: not a folder written by nmt-export --format ctranslate2 "
+                            f"(no nmt_export.json)")
+        else:  # a checkpoint: export it for this run
             from nmt_toolkit.export.ctranslate2 import export
 
             self._tmp = tempfile.mkdtemp(prefix="nmt-ct2-")
             folder = os.path.join(self._tmp, "model")
-            logger.info("exporting %s to CTranslate2 (quantization none) in %s", path, folder)
-            export(path, task, folder)
-        else:
-            raise DataError(f"--path {path}: no such checkpoint or exported CTranslate2 folder")
-        record = read_export(folder)
-        if record is None or record.get("format") != "ctranslate2":
-            raise DataError(f"--path {folder}: not a folder written by nmt-export --format ctranslate2 "
-                            f"(no nmt_export.json)")
+            logger.info("exporting %s to CTranslate2 (quantization none) in %s", model.path, folder)
+            record = export(model, task, folder)
         self._check_dictionaries(folder, record)
         self.model = _Positions(int(record["max_positions"]))
         if seed is not None:

@@ -98,6 +98,7 @@ class Translator:
         language tokens its training placed (docs/multilingual.md). ``options`` are
         :class:`GenerationConfig` fields (``beam``, ``nbest``, ``lenpen`` …) with their flags' ranges."""
         from nmt_toolkit.config import from_dict
+        from nmt_toolkit.loading import model_task, open_model
         from nmt_toolkit.registry import TASKS, import_builtin_components
 
         path, data, chosen = _load_arguments(path, data, source_lang, target_lang, engine, device, seed)
@@ -112,14 +113,16 @@ class Translator:
         task_cfg.validate()
         gen = from_dict(GenerationConfig, {**options, "path": path}, what="Translator")
         gen.validate()
-        return cls.from_task(decoding_task(task_cfg, path), gen, Engine(engine, chosen, seed=seed))
+        opened = open_model(path.split(":")[0])  # read once: it chooses the task, then it loads
+        return cls.from_task(model_task(task_cfg, opened), gen, Engine(engine, chosen, seed=seed), opened=opened)
 
     @classmethod
     def from_task(cls, task, gen: GenerationConfig, engine: Engine, need_attn: bool = False,
-                  scores: bool = True) -> "Translator":
+                  scores: bool = True, opened=None) -> "Translator":
         """Load ``gen.path`` for a task already set up (what the programs call after parsing options).
         ``need_attn``: alignments will be asked for (CTranslate2 refuses); ``scores=False``: CTranslate2 skips
-        its per-token scoring pass (nmt-generate --quiet prints no scores)."""
+        its per-token scoring pass (nmt-generate --quiet prints no scores); ``opened``: the first model of
+        ``gen.path`` as :func:`~nmt_toolkit.loading.open_model` read it already (else it is read here)."""
         from nmt_toolkit.generation.output import Detokenizer
 
         if not gen.path:
@@ -127,8 +130,9 @@ class Translator:
         codec = task.subword("target")  # a model folder may hold one subword model per side
         detokenizer = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
         if engine.name == "ctranslate2":
-            return cls(task, _ctranslate2_generator(task, gen, engine, need_attn, scores), detokenizer, engine, gen)
-        models = _load_models(task, gen, engine)
+            return cls(task, _ctranslate2_generator(task, gen, engine, need_attn, scores, opened), detokenizer,
+                       engine, gen)
+        models = _load_models(task, gen, engine, opened)
         return cls(task, _beam_search(models, task, gen, engine), detokenizer, engine, gen, models)
 
     # ------------------------------------------------------------------ translating
@@ -408,47 +412,6 @@ def _without_first_token(found: list[list[dict]], also: Optional[int] = None) ->
     return found
 
 
-def decoding_task(cfg, path: str):
-    """The task that decodes the checkpoint ``path`` (its first, for an ensemble) with the options ``cfg``
-    (a :class:`TranslationConfig`): a model trained with ``--task translation_multi_simple_epoch`` gets
-    that task with the language options its checkpoint records, to translate ``cfg.source_lang`` →
-    ``cfg.target_lang``; any other the translation task."""
-    from nmt_toolkit.tasks.translation import TranslationTask
-
-    recorded = recorded_task(path.split(":")[0])
-    if recorded is None:
-        return TranslationTask.setup_task(cfg)
-    from nmt_toolkit.tasks.multilingual import MultilingualConfig, MultilingualTranslationTask
-
-    own = {f.name for f in dataclasses.fields(cfg)}
-    options = {f.name: recorded[f.name] for f in dataclasses.fields(MultilingualConfig)
-               if f.name not in own and recorded.get(f.name) is not None}
-    return MultilingualTranslationTask.setup_decoding(MultilingualConfig(**dataclasses.asdict(cfg), **options))
-
-
-def recorded_task(path: str) -> Optional[dict]:
-    """The task options a multilingual checkpoint (model folder, CTranslate2 export) records, or None for any
-    other. A file is mapped, not read (``mmap``): the weights are loaded later, and a file that cannot be
-    read is reported then."""
-    from nmt_toolkit.export.ctranslate2 import recorded_task_options
-    from nmt_toolkit.model_folder import is_model_folder, read_model_folder
-
-    if is_model_folder(path):
-        return read_model_folder(path).task_options()
-    if os.path.isdir(path):
-        return recorded_task_options(path)
-    if not os.path.isfile(path):
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        config = state["config"]
-        if config["components"]["task"] == "translation_multi_simple_epoch" and isinstance(config["task"], dict):
-            return config["task"]
-    except Exception:  # not our checkpoint (fairseq's, a damaged file): the model loader names the problem
-        return None
-    return None
-
-
 def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engine, num_batches: int) -> int:
     """How many batches decode at once. Batches decode concurrently on the CPU only, and sampling draws from
     one seeded random stream, which concurrent batches would consume in an unpredictable order. Unset, a CPU
@@ -469,13 +432,16 @@ def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engi
     return requested
 
 
-def _load_models(task, gen: GenerationConfig, engine: Engine) -> list:
-    """The checkpoints of ``gen.path``, on the engine's device and in its precision; on the CPU in float32
-    with the CPU back end applied (``gen.cpu_packed_linear``)."""
+def _load_models(task, gen: GenerationConfig, engine: Engine, opened=None) -> list:
+    """The checkpoints of ``gen.path`` (its first as ``opened`` read it, when given), on the engine's device and
+    in its precision; on the CPU in float32 with the CPU back end applied (``gen.cpu_packed_linear``)."""
     from nmt_toolkit.loading import load_models
 
+    sources = gen.path.split(":")
+    if opened is not None:
+        sources[0] = opened
     cfg = task.cfg
-    models, _ = load_models(gen.path.split(":"), task.src_dict, task.tgt_dict, task.dictionary_files(), engine.device,
+    models, _ = load_models(sources, task.src_dict, task.tgt_dict, task.dictionary_files(), engine.device,
                             langs=(cfg.source_lang, cfg.target_lang))
     if engine.precision is not None:
         flag = f"--{engine.precision}"
@@ -499,15 +465,18 @@ def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
     return generator
 
 
-def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True):
+def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True,
+                           opened=None):
     """The CTranslate2 engine (``generation/ct2_engine.py``), after refusing what it lacks."""
     from nmt_toolkit.generation.ct2_engine import CTranslate2Generator, unsupported_options
+    from nmt_toolkit.loading import open_model
 
     extra = (f"--{engine.precision}",) if engine.precision else ()
     lacking = unsupported_options(gen, need_attn, extra)
     if lacking:
         raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
-    generator = CTranslate2Generator(gen.path, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
+    model = opened if opened is not None else open_model(gen.path)
+    generator = CTranslate2Generator(model, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
                                      scores=scores)
     gen.check_model_limit(generator.model.max_positions()[1])
     return generator
