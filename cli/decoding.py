@@ -1,4 +1,5 @@
-"""What nmt-generate and nmt-interactive share: the device options and loading a Translator from them.
+"""What nmt-generate, nmt-interactive and nmt-serve share: the device options, fairseq-generate's ``--task`` with
+the selected task's options, and loading a Translator from them.
 
 Process-wide settings (torch's thread count, its random seed) are made here, by the programs: the library
 (:class:`~nmt_toolkit.generation.translator.Translator`) never changes them for its caller.
@@ -6,9 +7,9 @@ Process-wide settings (torch's thread count, its random seed) are made here, by 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
-from nmt_toolkit.config import option
+from nmt_toolkit.config import Group, option
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.model_folder import data_folder_of
 
@@ -42,6 +43,34 @@ def choose_device(io: DecodeDeviceConfig):
     return torch.device("cpu")
 
 
+def task_groups(argv: Sequence[str]) -> list[Group]:
+    """``--task`` and the options of the task it names (the translation task's data options by default), so
+    that fairseq-generate's command line for a multilingual model, which repeats the training run's
+    ``--task translation_multi_simple_epoch --lang-pairs … --encoder-langtok src --decoder-langtok``, is
+    accepted; :func:`~nmt_toolkit.loading.model_task` checks them against the model's own."""
+    from nmt_toolkit.config import peek_options
+    from nmt_toolkit.registry import TASKS
+
+    named = peek_options(argv, ["task"])["task"] or "translation"
+    title = "data options" if named == "translation" else f"data and task options ({named})"
+    return [Group("task", TASKS.get(named).config, title), Group("components", _task_choice(TASKS.names()), "task")]
+
+
+def _task_choice(names: list[str]) -> type:
+    """The ``--task`` option; its choices are the tasks registered now (plugins included)."""
+
+    @dataclass
+    class TaskChoice:
+        task: Optional[str] = option(None, "the task the model was trained with (translation, "
+                                           "translation_multi_simple_epoch or a plugin's), as fairseq-generate "
+                                           "takes it [default: the model's own]; its options (--lang-pairs, "
+                                           "--encoder-langtok, …) must agree with what the model records",
+                                     choices=names)
+
+    TaskChoice.__qualname__ = "TaskChoice"
+    return TaskChoice
+
+
 def load_translator(configs: dict, need_attn: bool, scores: bool = True, direction: str = "named"):
     """The task and models of the parsed options as a Translator, after setting torch's thread count; the
     first model of --path is read once (:func:`~nmt_toolkit.loading.open_model`) and chooses the task
@@ -58,7 +87,8 @@ def load_translator(configs: dict, need_attn: bool, scores: bool = True, directi
     if not configs["task"].data and data_folder_of(gen.path):  # the folder holds dictionaries and subword models
         configs["task"].data = data_folder_of(gen.path)
     opened = open_model(gen.path.split(":")[0])
-    task = model_task(configs["task"], opened, direction)  # a multilingual model gets its own task
+    named = configs["components"].task if "components" in configs else None
+    task = model_task(configs["task"], opened, direction, named)  # a multilingual model gets its own task
     device = choose_device(io)
     if io.threads is not None:
         torch.set_num_threads(io.threads)

@@ -15,9 +15,9 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator
+from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator, task_groups
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
@@ -289,10 +289,8 @@ def _shard_from_torchrun(io: GenerateIOConfig) -> None:
                          f"(0 .. {io.num_shards - 1})")
 
 
-def groups():
-    from nmt_toolkit.registry import TASKS
-
-    return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
+def groups(argv: Sequence[str] = ()):
+    return [Group("common", CommonConfig), *task_groups(argv),
             Group("generation", GenerationConfig, "generation options"), Group("io", GenerateIOConfig, "output options")]
 
 
@@ -301,7 +299,7 @@ def run(argv=None, prog: str = "nmt-generate") -> int:
 
     def make(args):
         load_plugins(args)
-        return build_command(prog, groups(), generate, help=__doc__)
+        return build_command(prog, groups(args), generate, help=__doc__)
 
     return run_cli(prog, make, argv)
 

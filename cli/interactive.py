@@ -18,9 +18,9 @@ import itertools
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator
+from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator, task_groups
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.generation.config import GenerationConfig
 
@@ -87,10 +87,8 @@ def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results
     return lines
 
 
-def groups():
-    from nmt_toolkit.registry import TASKS
-
-    return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
+def groups(argv: Sequence[str] = ()):
+    return [Group("common", CommonConfig), *task_groups(argv),
             Group("generation", GenerationConfig, "generation options"),
             Group("io", InteractiveIOConfig, "input/output options")]
 
@@ -100,7 +98,7 @@ def run(argv=None, prog: str = "nmt-interactive") -> int:
 
     def make(args):
         load_plugins(args)
-        return build_command(prog, groups(), interactive, help=__doc__)
+        return build_command(prog, groups(args), interactive, help=__doc__)
 
     return run_cli(prog, make, argv)
 
