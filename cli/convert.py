@@ -25,9 +25,47 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
+
+
+@dataclass(frozen=True)
+class Importer:
+    """One format nmt-convert reads: what ``--path`` names, whether the result is a model folder (else our
+    checkpoint), why the direction options do not apply (None: they do), and the call that imports it."""
+
+    reads: str
+    folder: bool
+    no_direction: Optional[str]
+    load: Callable[[Any], Any]  # ConvertConfig → ImportedModel
+
+
+def _fairseq(cfg):
+    from nmt_toolkit.importers.fairseq import import_fairseq
+
+    return import_fairseq(cfg.path)
+
+
+def _marian(cfg):
+    from nmt_toolkit.importers.marian import import_marian
+
+    return import_marian(cfg.path, cfg.source_lang, cfg.target_lang, cfg.target_lang_tag)
+
+
+def _m2m100(cfg):
+    from nmt_toolkit.importers.m2m100 import import_m2m100
+
+    return import_m2m100(cfg.path)
+
+
+IMPORTERS = {
+    "fairseq": Importer("the fairseq checkpoint", False, "a checkpoint takes its languages from the data-bin it is "
+                                                         "trained or decoded with", _fairseq),
+    "marian": Importer("the MarianMTModel folder", True, None, _marian),
+    "m2m100": Importer("the M2M100ForConditionalGeneration folder", True, "a multilingual model: nmt-generate "
+                       "takes the direction with --source-lang and --target-lang", _m2m100),
+}
 
 
 @dataclass
@@ -36,7 +74,7 @@ class ConvertConfig:
 
     from_format: str = option("fairseq", "the checkpoint's format: a fairseq checkpoint file, or a Hugging Face "
                                           "MarianMTModel or M2M100ForConditionalGeneration folder",
-                               choices=("fairseq", "marian", "m2m100"), flag="--from")
+                               choices=tuple(IMPORTERS), flag="--from")
     path: Optional[str] = option(None, "the checkpoint (fairseq) or folder (marian, m2m100) to convert",
                                  metavar="PATH")
     output: Optional[str] = option(None, "our checkpoint (fairseq) or model folder (marian, m2m100) to write "
@@ -69,71 +107,45 @@ def model_flags(model_cfg: dict) -> list[str]:
 
 
 def convert(configs: dict) -> int:
-    import logging
-
+    """The same steps for every format: the options checked and --output claimed before anything is read,
+    then one import and one write."""
     from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.importers.fairseq import load_fairseq_checkpoint
-    from nmt_toolkit.outputs import claim_file
-    from nmt_toolkit.checkpoints import is_checkpoint_file, save_checkpoint
+    from nmt_toolkit.importers.imported_model import claim_output
 
     cfg: ConvertConfig = configs["convert"]
-    if cfg.from_format == "marian":
-        return convert_marian(cfg)
-    if cfg.from_format == "m2m100":
-        return convert_m2m100(cfg)
+    importer = IMPORTERS[cfg.from_format]
     if not cfg.path or not cfg.output:
-        raise UsageError("--path (the fairseq checkpoint) and --output (ours) are required")
-    claim_file(cfg.output, cfg.overwrite, f"--output {cfg.output}", is_checkpoint_file, "a checkpoint")
-    state = load_fairseq_checkpoint(cfg.path)
-    save_checkpoint(state, cfg.output)
-    flags = " ".join(["--arch", "transformer_base", *model_flags(state["config"]["model"])])
-    logging.getLogger("nmt_toolkit.convert").info("wrote %s; nmt-train rebuilds this model with: %s", cfg.output, flags)
-    print(flags)
-    return 0
-
-
-def convert_marian(cfg: ConvertConfig) -> int:
-    import logging
-
-    from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.importers.marian import import_marian
-    from nmt_toolkit.model_folder import MODEL_FOLDER
-    from nmt_toolkit.outputs import FolderOutput
-
-    if not cfg.path or not cfg.output:
-        raise UsageError("--path (the MarianMTModel folder) and --output (our model folder) are required")
-    output = FolderOutput(cfg.output, MODEL_FOLDER, cfg.overwrite, f"--output {cfg.output}")
-    record = import_marian(cfg.path, output, cfg.source_lang, cfg.target_lang, cfg.target_lang_tag,
-                           cfg.overwrite)
-    tags = record["tags"]
-    logging.getLogger("nmt_toolkit.convert").info(
-        "wrote model folder %s (%s→%s, %d/%d symbols%s)", cfg.output, record["source_lang"], record["target_lang"],
-        *record["vocabulary"], f"; target-language tags: {' '.join(tags[:10])}" if tags else "")
-    return 0
-
-
-def convert_m2m100(cfg: ConvertConfig) -> int:
-    import logging
-
-    from nmt_toolkit.errors import UsageError
-    from nmt_toolkit.importers.m2m100 import import_m2m100
-    from nmt_toolkit.model_folder import MODEL_FOLDER
-    from nmt_toolkit.outputs import FolderOutput
-
-    if not cfg.path or not cfg.output:
-        raise UsageError("--path (the M2M100ForConditionalGeneration folder) and --output (our model folder) are "
-                         "required")
+        raise UsageError(f"--path ({importer.reads}) and --output ({'our model folder' if importer.folder else 'ours'})"
+                         f" are required")
     for flag, value in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang),
                         ("--target-lang-tag", cfg.target_lang_tag)):
-        if value is not None:
-            raise UsageError(f"{flag}: not with --from m2m100 (a multilingual model: nmt-generate takes the "
-                             f"direction with --source-lang and --target-lang)")
-    output = FolderOutput(cfg.output, MODEL_FOLDER, cfg.overwrite, f"--output {cfg.output}")
-    record = import_m2m100(cfg.path, output, cfg.overwrite)
-    logging.getLogger("nmt_toolkit.convert").info(
-        "wrote multilingual model folder %s (%d languages: %s; %d symbols)", cfg.output, len(record["languages"]),
-        " ".join(record["languages"]), record["vocabulary"])
+        if value is not None and importer.no_direction:
+            raise UsageError(f"{flag}: not with --from {cfg.from_format} ({importer.no_direction})")
+    output = claim_output(cfg.output, importer.folder, cfg.overwrite, f"--output {cfg.output}")
+    model = importer.load(cfg)
+    model.write(output, cfg.overwrite)
+    report(model, cfg.output)
     return 0
+
+
+def report(model, output: str) -> None:
+    """The log line of what was written; for a checkpoint also the nmt-train flags that rebuild its model, on
+    stdout."""
+    import logging
+
+    log = logging.getLogger("nmt_toolkit.convert")
+    if not model.is_folder:
+        flags = " ".join(["--arch", "transformer_base", *model_flags(model.model_config)])
+        log.info("wrote %s; nmt-train rebuilds this model with: %s", output, flags)
+        print(flags)
+    elif model.multilingual:
+        languages = model.multilingual["languages"]
+        log.info("wrote multilingual model folder %s (%d languages: %s; %d symbols)", output, len(languages),
+                 " ".join(languages), len(model.src_dict))
+    else:
+        tags = model.tags
+        log.info("wrote model folder %s (%s→%s, %d/%d symbols%s)", output, model.source_lang, model.target_lang,
+                 len(model.src_dict), len(model.tgt_dict), f"; target-language tags: {' '.join(tags[:10])}" if tags else "")
 
 
 def groups():

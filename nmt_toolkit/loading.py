@@ -22,9 +22,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.export_record import read_export
+from nmt_toolkit.model_folder import MULTILINGUAL_TASK, ModelFolder, is_model_folder, read_model_folder
 from nmt_toolkit.models.state_dict_checks import check_shapes, check_values
-
-MULTILINGUAL_TASK = "translation_multi_simple_epoch"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class OpenedModel:
 
     path: str
     state: Optional[dict] = None
-    folder: Optional[Any] = None  # a model_folder.ModelFolder
+    folder: Optional[ModelFolder] = None
     export: Optional[dict] = None
 
     @property
@@ -75,9 +75,6 @@ def open_model(path: str) -> OpenedModel:
     written by ``nmt-export --format ctranslate2`` (its record; CTranslate2 reads the weights), one of our
     checkpoints or a fairseq checkpoint converted on the fly. A file that is none of them keeps our loader's
     error; a pickle naming a class that a checkpoint never holds (a planted ``__reduce__``) is refused by name."""
-    from nmt_toolkit.export_record import read_export
-    from nmt_toolkit.model_folder import is_model_folder, read_model_folder
-
     if is_model_folder(path):
         folder = read_model_folder(path)
         return OpenedModel(path, state=folder.checkpoint(), folder=folder)
@@ -93,10 +90,6 @@ def open_model(path: str) -> OpenedModel:
 def as_opened(model: Union[str, "OpenedModel"]) -> OpenedModel:
     """``model`` itself when it was opened already, else the path opened (:func:`open_model`)."""
     return model if isinstance(model, OpenedModel) else open_model(model)
-
-
-#: how :func:`model_task` sets up a multilingual model's direction
-DIRECTIONS = ("named", "any", "none")
 
 
 def model_task(cfg, opened: OpenedModel, direction: str = "named", task: Optional[str] = None):

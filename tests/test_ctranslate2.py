@@ -15,7 +15,8 @@ import torch
 ct2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra is not installed")
 
 from nmt_toolkit.errors import UsageError  # noqa: E402
-from nmt_toolkit.export.ctranslate2 import build_spec, check_exportable  # noqa: E402
+from nmt_toolkit.export.ctranslate2 import build_spec  # noqa: E402
+from nmt_toolkit.export.exportable import check_exportable  # noqa: E402
 from nmt_toolkit.data.dictionary import Dictionary  # noqa: E402
 from nmt_toolkit.models.transformer import TransformerConfig, TransformerModel  # noqa: E402
 from nmt_toolkit.registry import ARCHITECTURES, import_builtin_components  # noqa: E402
@@ -70,19 +71,19 @@ def test_exported_model_scores_like_our_model(tmp_path, variant):
 
 def test_export_refuses_what_ctranslate2_cannot_represent():
     model, _ = _model(key_dim=6, value_dim=6)
-    with pytest.raises(UsageError, match=r"^ck\.pt: --key-dim 6 cannot be exported: CTranslate2's attention uses"):
-        check_exportable(model, "ck.pt")
+    with pytest.raises(UsageError, match=r"^ck\.pt: cannot be exported to CTranslate2: --key-dim 6 \(its attention "
+                                         r"heads have d_model / heads = \d+ / \d+ dimensions\); --value-dim 6 \("):
+        check_exportable(model.cfg, "ctranslate2", "ck.pt", model_class=type(model))
     model, _ = _model(value_dim=16)
     with pytest.raises(UsageError, match="--value-dim 16"):
-        check_exportable(model, "ck.pt")
+        check_exportable(model.cfg, "ctranslate2", "ck.pt", model_class=type(model))
 
     class Plugin(TransformerModel):
         pass
 
     plugin, _ = _model()
-    plugin.__class__ = Plugin
-    with pytest.raises(UsageError, match="a Plugin cannot be exported"):
-        check_exportable(plugin, "ck.pt")
+    with pytest.raises(UsageError, match="cannot be exported to CTranslate2: a Plugin"):
+        check_exportable(plugin.cfg, "ctranslate2", "ck.pt", model_class=Plugin)
 
 
 def test_engine_names_the_options_it_lacks():

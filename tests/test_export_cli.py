@@ -35,6 +35,7 @@ HIDDEN = ("import sys; sys.modules['ctranslate2'] = None; from nmt_toolkit.cli.g
           "sys.exit(run(sys.argv[1:]))")
 
 
+@pytest.mark.slow
 def test_generate_with_engine_ctranslate2_without_it_prints_one_line():
     """A process of its own, so that the garbage collector's output at exit reaches stderr as a user sees it."""
     import subprocess
@@ -64,3 +65,24 @@ def test_export_copies_the_subword_model(kind, name, tmp_path):
     assert (tmp_path / "ct2" / name).read_bytes() == (data / name).read_bytes()
     record = json.loads((tmp_path / "ct2" / "nmt_export.json").read_text(encoding="utf-8"))
     assert record["subword"]["type"] == kind and record["subword"]["model"] == name
+
+
+MARIAN = pathlib.Path(__file__).parent / "fixtures" / "marian" / "en-de"
+
+
+def test_every_option_a_format_cannot_hold_is_named_at_once(tmp_path, capfd):
+    """The OPUS-MT fixture (config.json: activation swish, decoding from the pad id, Marian's sinusoids, and a
+    vocabulary without <s>, whose output-bias row keeps it at p = 0) in fairseq's format: four options fairseq
+    cannot hold, one line naming them all, the exit status of an option that does not fit (2), nothing
+    written."""
+    from nmt_toolkit.importers.marian import import_marian
+
+    folder = tmp_path / "opus.nmt"
+    import_marian(str(MARIAN)).write(str(folder))
+    capfd.readouterr()
+    assert export(["--path", str(folder), "--format", "fairseq", "--output-dir", str(tmp_path / "fs")]) == 2
+    assert errors(capfd) == [
+        f"nmt-export: error: {folder}: cannot be exported to fairseq: --output-bias (its output projection has no "
+        f"bias); --decoder-start pad (it starts decoding from EOS); --activation-fn silu (not among the activations "
+        f"we export); --sinusoid-layout marian (not among the layouts we export)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opus.nmt"]

@@ -18,7 +18,7 @@ from nmt_toolkit import loading
 from nmt_toolkit.cli.convert import run as convert
 from nmt_toolkit.cli.export import run as export
 from nmt_toolkit.cli.generate import run as generate
-from nmt_toolkit.errors import DataError, NmtError
+from nmt_toolkit.errors import DataError, NmtError, UsageError
 from nmt_toolkit.export import fairseq as fairseq_export
 from nmt_toolkit.importers import fairseq as fairseq_import, fairseq_pickle
 
@@ -172,8 +172,11 @@ def test_what_fairseq_cannot_hold_or_we_cannot_build_is_refused():
         fairseq_import.transformer_config({**args, "decoder_embed_dim": 256})
     with pytest.raises(NmtError, match="transformer_lm"):
         fairseq_import.model_args({"args": {"arch": "transformer_lm"}})
-    with pytest.raises(NmtError, match="--key-dim 32 cannot be represented in fairseq"):
-        fairseq_export.check_exportable(TransformerConfig(key_dim=32), "ck.pt")
+    from nmt_toolkit.export.exportable import check_exportable
+    from nmt_toolkit.models.transformer import TransformerModel
+
+    with pytest.raises(UsageError, match=r"^ck\.pt: cannot be exported to fairseq: --key-dim 32 \(its attention heads"):
+        check_exportable(TransformerConfig(key_dim=32), "fairseq", "ck.pt", model_class=TransformerModel)
 
 
 def test_published_architecture_presets_fill_what_old_checkpoints_lack():
@@ -354,3 +357,16 @@ def test_a_fairseq_checkpoint_in_torchs_older_file_format_loads_the_same(tmp_pat
         assert torch.equal(again["extra"][k], v) and again["extra"][k].dtype == v.dtype, k
     reference_config = fairseq_import.load_fairseq_checkpoint(str(FIX / "postnorm" / "model.pt"))["config"]["model"]
     assert fairseq_import.converted(again, str(legacy))["config"]["model"] == reference_config
+
+
+def test_convert_from_fairseq_refuses_the_direction_options(tmp_path, capsys):
+    """A fairseq checkpoint takes its languages from its data-bin: --source-lang, --target-lang and
+    --target-lang-tag (options of the Hugging Face importers) are refused by name, not ignored."""
+    out = tmp_path / "ours.pt"
+    for flag, value in (("--source-lang", "en"), ("--target-lang", "de"), ("--target-lang-tag", ">>fra<<")):
+        assert convert(["--from", "fairseq", "--path", str(FIX / "postnorm" / "model.pt"), "--output", str(out),
+                        flag, value]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"nmt-convert: error: {flag}: not with --from fairseq (a checkpoint takes its languages from the "
+            f"data-bin it is trained or decoded with)")
+    assert list(tmp_path.iterdir()) == []

@@ -54,7 +54,7 @@ def ours(folder: pathlib.Path):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     out = tmp_path_factory.mktemp("marian") / "en-de"
-    import_marian(str(EN_DE), str(out))
+    import_marian(str(EN_DE)).write(str(out))
     return out
 
 
@@ -136,7 +136,7 @@ def test_logits_equal_transformers(folder, padded, tmp_path, data_dir):
     """Teacher-forced logits of a batch, float32, within 1e-4 relative of Transformers' (the tag model's
     sources start with a language token)."""
     out = tmp_path / "m"
-    import_marian(str(folder), str(out))
+    import_marian(str(folder)).write(str(out))
     model, mf = ours(out)
     theirs, tok = hf(folder)
     src = sources(data_dir, 6)
@@ -202,6 +202,7 @@ SAME_AS_HF = dict(lenpen_style="fairseq", early_stop="beam", min_len=0, max_len_
 
 
 @pytest.mark.parametrize("beam,alpha", [(1, 1.0), (4, 1.0), (4, 0.6)], ids=["greedy", "beam4", "beam4-lenpen0.6"])
+@pytest.mark.slow
 def test_search_equals_transformers_generate(beam, alpha, imported, data_dir):
     """Greedy and beam-4 outputs on 200 Multi30k test sentences equal ``generate(num_beams=…,
     length_penalty=…, early_stopping=True)``: all of them greedy; with a beam, every sentence whose output ends
@@ -226,8 +227,9 @@ def test_language_tag_model_imports_and_the_tag_is_applied(tmp_path, data_dir):
     from nmt_toolkit.generation.translator import Translator
 
     out = tmp_path / "tags"
-    record = import_marian(str(TAGS), str(out), target_lang_tag=">>fra<<")
-    assert record["tags"] == [">>deu<<", ">>fra<<"]
+    imported = import_marian(str(TAGS), target_lang_tag=">>fra<<")
+    imported.write(str(out))
+    assert imported.tags == [">>deu<<", ">>fra<<"]
     assert read_model_folder(str(out)).target_lang_tag == ">>fra<<"
     theirs, tok = hf(TAGS)
     lines = sources(data_dir, 20)
@@ -246,7 +248,7 @@ def test_language_tag_model_imports_and_the_tag_is_applied(tmp_path, data_dir):
     with pytest.raises(UsageError, match=r"--target-lang-tag >>xx<<"):
         translator.with_options(target_lang_tag=">>xx<<").translate(lines[:1])
     with pytest.raises(DataError, match=r"--target-lang-tag >>xx<<"):
-        import_marian(str(TAGS), str(tmp_path / "bad"), target_lang_tag=">>xx<<")
+        import_marian(str(TAGS), target_lang_tag=">>xx<<").write(str(tmp_path / "bad"))
 
 
 # ---------------------------------------------------------------------------- safety and refusals
@@ -259,6 +261,7 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(tmp_path):
     import shutil
 
@@ -270,7 +273,7 @@ def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(tmp_path):
     weights["model.shared.weight"] = weights["model.shared.weight"].clone()
     torch.save({**weights, "payload": _Payload(str(marker))}, folder / "pytorch_model.bin")
     with pytest.raises(DataError, match="refusing to load"):
-        import_marian(str(folder), str(tmp_path / "out"))
+        import_marian(str(folder)).write(str(tmp_path / "out"))
     assert not marker.exists() and not (tmp_path / "out").exists()
     # the payload is real: the same file loaded as a plain pickle runs it
     subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=False)",
@@ -278,7 +281,7 @@ def test_pickle_payload_in_pytorch_model_bin_is_refused_unexecuted(tmp_path):
     assert marker.exists()
     # a clean pytorch_model.bin (what older OPUS-MT downloads hold) imports
     torch.save(weights, folder / "pytorch_model.bin")
-    import_marian(str(folder), str(tmp_path / "clean"))
+    import_marian(str(folder)).write(str(tmp_path / "clean"))
     assert (tmp_path / "clean" / "manifest.json").is_file()
 
 
@@ -291,6 +294,7 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("key,value", REFUSALS, ids=[k for k, _ in REFUSALS])
+@pytest.mark.slow
 def test_refusals_name_the_config_key(key, value, tmp_path):
     """What our transformer cannot reproduce: one line naming config.json's key, exit status 2, no
     traceback, nothing written."""
@@ -316,7 +320,7 @@ def test_refusals_name_the_config_key(key, value, tmp_path):
     assert f"{key}=" in lines[0]
     assert not (tmp_path / "out").exists()
     with pytest.raises(UsageError):
-        import_marian(str(folder), str(tmp_path / "out2"))
+        import_marian(str(folder)).write(str(tmp_path / "out2"))
 
 
 # ---------------------------------------------------------------------------- export: a model trained here
@@ -370,6 +374,7 @@ def exported(trained_here, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_export_files_have_the_modes_open_and_mkdir_give(exported, tmp_path):
     """Every file of the folder (model.safetensors too, which safetensors writes private) and the folder itself
     follow the umask, as files made with open() and mkdir() here do: a folder people share is readable."""
@@ -382,6 +387,7 @@ def test_export_files_have_the_modes_open_and_mkdir_give(exported, tmp_path):
     assert stat.S_IMODE(os.stat(exported).st_mode) == stat.S_IMODE(os.stat(tmp_path / "dir").st_mode)
 
 
+@pytest.mark.slow
 def test_export_loads_in_transformers_and_decodes_as_ours(trained_here, exported, data_dir):
     """``MarianMTModel``/``MarianTokenizer.from_pretrained`` load the export; Transformers' beam search
     equals ours on at least 99 % of 200 test sentences (here: 199), though our model starts
@@ -398,11 +404,12 @@ def test_export_loads_in_transformers_and_decodes_as_ours(trained_here, exported
     assert len(set(want)) > 150
 
 
+@pytest.mark.slow
 def test_round_trip_is_the_same_model(trained_here, exported, tmp_path, data_dir):
     """Trained here → Hugging Face Marian → back: the same config, dictionaries and weights (bit for bit),
     so the same hypotheses."""
     back = tmp_path / "back"
-    import_marian(str(exported), str(back))
+    import_marian(str(exported)).write(str(back))
     a, b = read_model_folder(str(trained_here)), read_model_folder(str(back))
     assert a.src_dict.symbols == b.src_dict.symbols and a.tgt_dict.symbols == b.tgt_dict.symbols
     wa, wb = a.state_dict(), b.state_dict()
@@ -417,6 +424,7 @@ def test_round_trip_is_the_same_model(trained_here, exported, tmp_path, data_dir
     assert translate(*ours(trained_here), lines, gen) == translate(*ours(back), lines, gen)
 
 
+@pytest.mark.slow
 def test_export_refuses_what_marian_cannot_represent(trained_here, tmp_path):
     """A model Marian cannot compute (here: the paper's interleaved sinusoids, which Transformers would replace
     by its own) is refused in one line naming the option, exit status 2, nothing written."""
@@ -437,13 +445,19 @@ def test_export_refuses_what_marian_cannot_represent(trained_here, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _check_marian(cfg, d, kind):
+    from nmt_toolkit.export.exportable import check_exportable
+    from nmt_toolkit.models.transformer import TransformerModel
+
+    check_exportable(cfg, "marian", "m", model_class=TransformerModel, dictionaries=(d, d), subword_kind=kind)
+
+
 def test_export_check_names_each_option():
     from nmt_toolkit.data.dictionary import Dictionary
-    from nmt_toolkit.export.marian import check_exportable
 
     d = Dictionary()
     ok = TransformerConfig(sinusoid_layout="marian", share_all_embeddings=True)
-    check_exportable(ok, d, d, "sentencepiece", "m")
+    _check_marian(ok, d, "sentencepiece")
     for change, named in ((dict(positional_embeddings="learned"), "--positional-embeddings learned"),
                           (dict(normalize_before=True), "--normalize-before"),
                           (dict(sinusoid_layout="fairseq"), "--sinusoid-layout fairseq"),
@@ -451,11 +465,12 @@ def test_export_check_names_each_option():
                           (dict(key_dim=16), "--key-dim 16"),
                           (dict(share_all_embeddings=False), "an untied output projection")):
         with pytest.raises(UsageError, match=named):
-            check_exportable(TransformerConfig(**{**ok.__dict__, **change}), d, d, "sentencepiece", "m")
+            _check_marian(TransformerConfig(**{**ok.__dict__, **change}), d, "sentencepiece")
     with pytest.raises(UsageError, match="subword model subword_nmt"):
-        check_exportable(ok, d, d, "subword_nmt", "m")
+        _check_marian(ok, d, "subword_nmt")
 
 
+@pytest.mark.slow
 def test_opus_mt_example_runs_on_the_fixture(tmp_path):
     """examples/opus-mt/run.sh without --data: import, translate raw text, CTranslate2 (when installed) and
     back to a folder Transformers loads, whose outputs are the fixture's own."""
@@ -473,6 +488,7 @@ def test_opus_mt_example_runs_on_the_fixture(tmp_path):
     assert hf_translate(back, back_tok, lines, num_beams=4) == hf_translate(theirs, tok, lines, num_beams=4)
 
 
+@pytest.mark.slow
 def test_imported_model_fine_tunes_and_decodes(imported, tmp_path, data_dir):
     """Import → nmt-preprocess --model-folder → nmt-train --finetune-from-model, 100 updates on 2000 Multi30k
     pairs: the validation loss falls below the imported model's, and the fine-tuned folder decodes."""
@@ -519,6 +535,7 @@ def test_imported_model_fine_tunes_and_decodes(imported, tmp_path, data_dir):
     assert all(o.text for o in outputs)
 
 
+@pytest.mark.slow
 def test_imported_model_in_ctranslate2_decodes_as_our_engine(imported, tmp_path, data_dir):
     """Hugging Face Marian → ours → CTranslate2 (SiLU, output bias, Marian's sinusoids, pad start): beam-4
     outputs equal our engine's on at least 99 % of 200 Multi30k sentences."""

@@ -35,6 +35,7 @@ import shutil
 from typing import Optional
 
 from nmt_toolkit.errors import UsageError
+from nmt_toolkit.export.exportable import check_exportable
 from nmt_toolkit.export_record import EXPORT_JSON, read_export
 from nmt_toolkit.outputs import OutputKind, as_output
 
@@ -51,24 +52,6 @@ def require_ctranslate2():
         raise UsageError("CTranslate2 is not installed: pip install 'nmt_toolkit[ct2]' "
                          "(or pip install ctranslate2)") from None
     return ctranslate2
-
-
-def check_exportable(model, what: str) -> None:
-    """A one-line :class:`UsageError` naming the first option of ``model`` CTranslate2 cannot represent."""
-    from nmt_toolkit.models.transformer import TransformerModel
-
-    if type(model) is not TransformerModel:
-        raise UsageError(f"{what}: a {type(model).__name__} cannot be exported to CTranslate2 (only the built-in "
-                         f"transformer model: a plugin's layers have no CTranslate2 spec)")
-    from nmt_toolkit.export import nonstandard_head_dim
-
-    cfg = model.cfg
-    odd = nonstandard_head_dim(cfg)
-    if odd:
-        raise UsageError(f"{what}: --{odd[0].replace('_', '-')} {odd[1]} cannot be exported: CTranslate2's attention "
-                         f"uses embed_dim / heads = {cfg.embed_dim} / {cfg.attention_heads} per head")
-    if cfg.activation_fn not in ("relu", "gelu", "silu"):
-        raise UsageError(f"{what}: --activation-fn {cfg.activation_fn} has no CTranslate2 equivalent")
 
 
 def position_table(embedder, cfg):
@@ -180,7 +163,7 @@ def export(checkpoint, task, output_dir, quantization: str = "none", overwrite: 
     checkpoint = opened.path
     models, configs = load_models([opened], src, tgt, files, langs=langs)
     model = models[0]
-    check_exportable(model, checkpoint)
+    check_exportable(model.cfg, "ctranslate2", checkpoint, model_class=type(model))
     spec = build_spec(model, task.src_dict, task.tgt_dict)
     multilingual = _multilingual_config(task)
     if multilingual:
@@ -232,4 +215,3 @@ def _multilingual_config(task) -> Optional[dict]:
     tokens = {lang: language_token(lang, record["lang_tok_style"]) for lang in record["languages"]}
     return {"languages": record["languages"], "task": multilingual_task_options(record),
             "multilingual": {**{k: v for k, v in record.items() if k != "languages"}, "language_tokens": tokens}}
-

@@ -17,30 +17,11 @@ import os
 
 import torch
 
-from nmt_toolkit.errors import NmtError
 from nmt_toolkit.modules.positional import sinusoidal_table
 from nmt_toolkit.outputs import OutputKind, as_output, os_reason
 
 #: positions exported for a paper-sinusoid model (fairseq's own default table size)
 SINUSOID_EXPORT_POSITIONS = 1024
-
-
-def check_exportable(cfg, what: str) -> None:
-    """fairseq's attention has d_k = d_v = d_model / h: other head sizes are a one-line error."""
-    from nmt_toolkit.export import nonstandard_head_dim
-
-    odd = nonstandard_head_dim(cfg)
-    if odd:
-        raise NmtError(f"{what}: --{odd[0].replace('_', '-')} {odd[1]} cannot be represented in fairseq (its "
-                       f"heads have d_model/h = {cfg.embed_dim}/{cfg.attention_heads} dimensions)")
-    refused = [("--output-bias", cfg.output_bias, "its output projection has no bias"),
-               ("--decoder-start pad", cfg.decoder_start == "pad", "it starts decoding from EOS"),
-               ("--activation-fn silu", cfg.activation_fn == "silu", "not among the activations we export"),
-               ("--sinusoid-layout marian", cfg.sinusoid_layout == "marian" and cfg.positional_embeddings == "sinusoidal",
-                "not among the layouts we export")]
-    for flag, applies, why in refused:
-        if applies:
-            raise NmtError(f"{what}: {flag} cannot be represented in fairseq ({why})")
 
 
 def fairseq_state_dict(state: dict, cfg, padding_idx: int = 1) -> dict:
@@ -130,8 +111,7 @@ def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     """Write ``output_dir/checkpoint.pt`` (fairseq 0.12's layout) and the data-bin's dictionaries beside it,
     into a staging folder swapped in when complete (``output_dir``: a path, or an output a program claimed
     already). ``checkpoint``: a path, or the model :func:`~nmt_toolkit.loading.open_model` read already."""
-    from nmt_toolkit.config import from_dict
-    from nmt_toolkit.models.transformer import TransformerConfig
+    from nmt_toolkit.export.exportable import check_exportable, registered_model
     from nmt_toolkit.loading import as_opened
     from nmt_toolkit.checkpoints import check_task_dictionaries
 
@@ -139,11 +119,8 @@ def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     opened = as_opened(checkpoint)  # ours, or a model folder's weights and config
     checkpoint, state = opened.path, opened.checkpoint()
     check_task_dictionaries(state, checkpoint, task)
-    config = state["config"]
-    if config.get("components", {}).get("model") != "transformer":
-        raise NmtError(f"{checkpoint}: only transformer models can be exported to fairseq")
-    cfg = from_dict(TransformerConfig, config.get("model", {}), what=f"{checkpoint}: model config")
-    check_exportable(cfg, checkpoint)
+    model_class, cfg = registered_model(state["config"], checkpoint)
+    check_exportable(cfg, "fairseq", checkpoint, model_class=model_class)
     src, tgt = task.source_dictionary, task.target_dictionary
     langs = (task.cfg.source_lang, task.cfg.target_lang)
     out = {"args": fairseq_args(cfg, *langs), "cfg": None,

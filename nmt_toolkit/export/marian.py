@@ -18,47 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Optional
 
 import torch
 
-from nmt_toolkit.errors import UsageError
 from nmt_toolkit.outputs import OutputKind, as_output
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 SPECIALS = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
-
-
-def check_exportable(cfg, src_dict, tgt_dict, subword_kind: Optional[str], what: str) -> None:
-    """A one-line :class:`UsageError` naming the first option Hugging Face's Marian cannot represent."""
-    from nmt_toolkit.export import nonstandard_head_dim
-
-    odd = nonstandard_head_dim(cfg)
-    odd_flag = f"--{odd[0].replace('_', '-')} {odd[1]}" if odd else ""
-    refused = [
-        (cfg.normalize_before, "--normalize-before", "Marian's layers are post-norm"),
-        (cfg.positional_embeddings != "sinusoidal", f"--positional-embeddings {cfg.positional_embeddings}",
-         "Marian computes sinusoidal positions"),
-        (cfg.positional_embeddings == "sinusoidal" and cfg.sinusoid_layout != "marian",
-         f"--sinusoid-layout {cfg.sinusoid_layout}", "Hugging Face recomputes Marian's own sinusoids (sine half, "
-                                                     "cosine half, from position 0): train with --sinusoid-layout marian"),
-        (cfg.layernorm_embedding, "--layernorm-embedding", "Marian has no LayerNorm on its embeddings"),
-        (odd is not None, odd_flag, "Marian's heads have d_model/h dimensions"),
-        (not (cfg.share_all_embeddings or cfg.share_decoder_input_output_embed), "an untied output projection",
-         "export with --share-all-embeddings or --share-decoder-input-output-embed"),
-        (not cfg.share_all_embeddings and len(src_dict) != len(tgt_dict),
-         f"separate dictionaries of {len(src_dict)} and {len(tgt_dict)} symbols",
-         "Transformers gives Marian's decoder embeddings as many rows as the source vocabulary"),
-        (subword_kind != "sentencepiece", f"subword model {subword_kind or 'none'}",
-         "MarianTokenizer reads sentencepiece models"),
-    ]
-    for applies, name, why in refused:
-        if applies:
-            raise UsageError(f"{what}: {name} cannot be exported to Hugging Face Marian ({why})")
-    for d, side in ((src_dict, "source"), (tgt_dict, "target")):
-        if len(set(d.symbols)) != len(d.symbols):
-            raise UsageError(f"{what}: the {side} dictionary repeats a symbol (#fairseq:overwrite); a Marian "
-                             "vocabulary maps each token to one id")
 
 
 def marian_state_dict(state: dict, cfg) -> dict:
@@ -164,7 +130,7 @@ def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     folder at ``output_dir`` (a path, or an output a program claimed already), atomically: a staging folder
     swapped in when complete (:class:`~nmt_toolkit.outputs.FolderOutput`). ``checkpoint``: a path, or the model
     :func:`~nmt_toolkit.loading.open_model` read already."""
-    from nmt_toolkit.models.transformer import TransformerModel
+    from nmt_toolkit.export.exportable import check_exportable
     from nmt_toolkit.checkpoints import task_dictionaries
     from nmt_toolkit.loading import as_opened, load_models
 
@@ -173,11 +139,9 @@ def export(checkpoint, task, output_dir, overwrite: bool = False) -> dict:
     opened = as_opened(checkpoint)
     checkpoint = opened.path
     model = load_models([opened], src, tgt, task.dictionary_files(), langs=langs)[0][0]
-    if type(model) is not TransformerModel:
-        raise UsageError(f"{checkpoint}: a {type(model).__name__} cannot be exported to Hugging Face Marian (only "
-                         "the built-in transformer)")
     kind, files = task.subword_files()
-    check_exportable(model.cfg, src, tgt, kind, checkpoint)
+    check_exportable(model.cfg, "marian", checkpoint, model_class=type(model), dictionaries=(src, tgt),
+                     subword_kind=kind)
     with output.staged() as folder:
         write_marian_folder(folder, model, src, tgt, langs, files)
     return {"path": str(output), "source_lang": langs[0], "target_lang": langs[1],

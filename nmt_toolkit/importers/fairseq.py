@@ -263,19 +263,31 @@ def is_fairseq_checkpoint(state: dict) -> bool:
     return isinstance(state, dict) and "model" in state and ("cfg" in state or "args" in state) and "config" not in state
 
 
-def load_fairseq_checkpoint(path: str) -> dict:
-    """A fairseq checkpoint read safely (:mod:`.fairseq_pickle`) and converted to one of ours: ``model`` (our
-    parameter names), ``config`` (``components.model = transformer`` and the model options), ``version``."""
+def import_fairseq(path: str):
+    """A fairseq checkpoint read safely (:mod:`.fairseq_pickle`), converted and checked: an
+    :class:`~nmt_toolkit.importers.imported_model.ImportedModel` without dictionaries (written as our
+    checkpoint; the dictionaries stay in the data-bin)."""
     from nmt_toolkit.importers import fairseq_pickle
 
-    return converted(fairseq_pickle.read(path), path)
+    return imported(fairseq_pickle.read(path), path)
+
+
+def load_fairseq_checkpoint(path: str) -> dict:
+    """A fairseq checkpoint as one of ours: ``model`` (our parameter names), ``config`` (``components.model =
+    transformer`` and the model options), ``version``."""
+    return import_fairseq(path).checkpoint()
 
 
 def converted(state: dict, path: str) -> dict:
     """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.read`) as one of ours."""
+    return imported(state, path).checkpoint()
+
+
+def imported(state: dict, path: str):
+    """A fairseq checkpoint's plain state (:func:`.fairseq_pickle.read`) as an imported model."""
     from dataclasses import asdict
 
-    from nmt_toolkit.checkpoints import VERSION
+    from nmt_toolkit.importers.imported_model import ImportedModel
 
     if not is_fairseq_checkpoint(state):
         raise NmtError(f"{path}: not a fairseq checkpoint (no model with cfg or args)")
@@ -292,10 +304,6 @@ def converted(state: dict, path: str) -> dict:
         weights = convert_state_dict(state["model"], pad, share)
     except NmtError as exc:
         raise NmtError(f"{path}: {exc}") from None
-    config = {"components": {"model": "transformer", "arch": args.get("arch", "transformer")},
-              "model": asdict(cfg), "imported_from": {"format": "fairseq", "path": path, "arch": args.get("arch")}}
-    languages = multilingual_task_options(state, path)
-    if languages is not None:  # decoding sets up the multilingual task from these, as for our own checkpoints
-        config["components"]["task"] = MULTILINGUAL_TASK
-        config["task"] = languages
-    return {"model": weights, "version": VERSION, "config": config}
+    return ImportedModel(origin={"format": "fairseq", "path": path, "arch": args.get("arch")},
+                         model_config=asdict(cfg), state_dict=weights, arch=args.get("arch", "transformer"),
+                         task_options=multilingual_task_options(state, path))

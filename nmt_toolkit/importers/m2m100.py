@@ -244,10 +244,11 @@ def converted(folder: M2M100Folder) -> tuple:
     return asdict(cfg), state, dictionary
 
 
-def import_m2m100(path: str, output: str, overwrite: bool = False) -> dict:
-    """Write the M2M-100 folder ``path`` as our multilingual model folder ``output``; returns what was
-    written."""
-    from nmt_toolkit.model_folder import write_model_folder
+def import_m2m100(path: str):
+    """The M2M-100 folder ``path`` read, converted and checked, as an
+    :class:`~nmt_toolkit.importers.imported_model.ImportedModel` (written as a multilingual model folder: every
+    direction between the tokenizer's languages); nothing is written here."""
+    from nmt_toolkit.importers.imported_model import ImportedModel
 
     folder = read_m2m100_folder(path)
     model_config, state, dictionary = converted(folder)
@@ -255,10 +256,6 @@ def import_m2m100(path: str, output: str, overwrite: bool = False) -> dict:
     langs = folder.languages
     multilingual = {"languages": langs, "lang_pairs": [f"{a}-{b}" for a in langs for b in langs if a != b],
                     "lang_tok_style": "multilingual", "encoder_langtok": "src", "decoder_langtok": True}
-    write_model_folder(output, arch="transformer", model_config=model_config, state_dict=state, src_dict=dictionary,
-                       tgt_dict=dictionary, source_lang=None, target_lang=None, subword_scheme="sentencepiece",
-                       subword_files={"source": folder.spm, "target": folder.spm},
-                       made_by=f"nmt-convert --from m2m100 --path {path}", overwrite=overwrite,
-                       multilingual=multilingual)
-    return {"path": output, "languages": langs, "vocabulary": len(dictionary),
-            "unnamed_rows": sum(t.startswith("madeupword") for t in folder.vocab)}
+    return ImportedModel(origin={"format": "m2m100", "path": path}, model_config=model_config, state_dict=state,
+                         src_dict=dictionary, tgt_dict=dictionary, subword_scheme="sentencepiece",
+                         subword_files={"source": folder.spm, "target": folder.spm}, multilingual=multilingual)

@@ -38,7 +38,7 @@ import torch
 from nmt_toolkit.data.dictionary import BOS, EOS, PAD, UNK, Dictionary
 from nmt_toolkit.data.folder_files import member
 from nmt_toolkit.data.json_files import read_json_object
-from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, language_tags
+from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
 from nmt_toolkit.data.subword import load_codec
 from nmt_toolkit.errors import DataError, UsageError
 
@@ -464,23 +464,21 @@ def checked_result(path: str, model_config: dict, state: dict, src_dict, tgt_dic
     check_state_dict(weights_file(path), config, state, src_dict, tgt_dict)
 
 
-def import_marian(path: str, output: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
-                  target_lang_tag: Optional[str] = None, overwrite: bool = False) -> dict:
-    """Write the Marian folder ``path`` as our model folder ``output``, once everything is checked; returns what
-    was written."""
-    from nmt_toolkit.model_folder import write_model_folder
+def import_marian(path: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+                  target_lang_tag: Optional[str] = None):
+    """The Marian folder ``path`` read, converted and checked, as an
+    :class:`~nmt_toolkit.importers.imported_model.ImportedModel` (written as a model folder); nothing is
+    written here."""
+    from nmt_toolkit.importers.imported_model import ImportedModel
 
     folder = read_marian_folder(path)
     model_config, state, src_dict, tgt_dict = converted(folder)
     langs = languages(path, folder.tokenizer_config, source_lang, target_lang)
-    tags = language_tags(folder.source_vocab)
     if target_lang_tag is not None:
         check_language_tag(target_lang_tag, src_dict.symbols, "--target-lang-tag", owner=f"{path}'s vocabulary")
     checked_result(path, model_config, state, src_dict, tgt_dict)
-    write_model_folder(output, arch="transformer", model_config=model_config, state_dict=state, src_dict=src_dict,
-                       tgt_dict=tgt_dict, source_lang=langs[0], target_lang=langs[1], subword_scheme="sentencepiece",
-                       subword_files={"source": folder.source_spm, "target": folder.target_spm},
-                       target_lang_tag=target_lang_tag, made_by=f"nmt-convert --from marian --path {path}",
-                       overwrite=overwrite)
-    return {"path": output, "source_lang": langs[0], "target_lang": langs[1], "tags": tags,
-            "vocabulary": (len(src_dict), len(tgt_dict)), "output_bias": model_config["output_bias"]}
+    return ImportedModel(origin={"format": "marian", "path": path}, model_config=model_config, state_dict=state,
+                         src_dict=src_dict, tgt_dict=tgt_dict, source_lang=langs[0], target_lang=langs[1],
+                         subword_scheme="sentencepiece",
+                         subword_files={"source": folder.source_spm, "target": folder.target_spm},
+                         target_lang_tag=target_lang_tag)

@@ -134,7 +134,7 @@ def tiny_model_folder(root) -> pathlib.Path:
     from nmt_toolkit.importers.marian import import_marian
 
     root = pathlib.Path(root)
-    import_marian(str(MARIAN_FIXTURE), str(root / "model"))
+    import_marian(str(MARIAN_FIXTURE)).write(str(root / "model"))
     (root / "raw.en").write_text("A dog runs.\nTwo men talk.\n")
     return root
 

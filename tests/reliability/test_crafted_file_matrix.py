@@ -116,7 +116,7 @@ def _manifest_leaves() -> list[tuple]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        import_marian(str(MARIAN_FIXTURE), os.path.join(tmp, "m"))
+        import_marian(str(MARIAN_FIXTURE)).write(os.path.join(tmp, "m"))
         manifest = json.loads(pathlib.Path(tmp, "m", "manifest.json").read_text())
     return leaves(manifest)
 

@@ -174,7 +174,7 @@ def test_a_hugging_face_cache_snapshot_of_links_into_its_blobs_imports(tmp_path)
         blob = blobs / hashlib.sha256(path.read_bytes()).hexdigest()
         shutil.copyfile(path, blob)
         (snapshot_dir / path.name).symlink_to(os.path.relpath(blob, snapshot_dir))
-    import_marian(str(snapshot_dir), str(tmp_path / "out"))
+    import_marian(str(snapshot_dir)).write(str(tmp_path / "out"))
     assert (tmp_path / "out" / "source.spm").read_bytes() == (MARIAN_FIXTURE / "source.spm").read_bytes()
 
 
