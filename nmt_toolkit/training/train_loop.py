@@ -4,8 +4,9 @@
 to dataclass instances (``common, components, task, model, criterion, optimizer, lr_scheduler,
 optimization, checkpoint, distributed, precision, logging``). The steps live in their own modules:
 building the pieces (:mod:`.components`), resuming (:mod:`.resume`), validating (:mod:`.validation`), the
-rules for validating, saving and stopping (:mod:`.decisions`), checkpoint names (:mod:`.checkpoints`) and
-the checkpoint's training state (:class:`.state.TrainState`); this module runs them in order.
+rules for validating, saving and stopping (:mod:`.decisions`), checkpoint names (:mod:`.checkpoints`),
+the checkpoint's training state (:class:`.state.TrainState`) and ``--save-model-folder``, written from the
+weights in memory once the ranks have parted (:mod:`.final_folder`); this module runs them in order.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from nmt_toolkit.training.components import (Components, build_components, descr
                                              load_data, precision_of, seed_everything)
 from nmt_toolkit.training.decisions import Decision, Patience, UpdateFacts, after_validation, decide, limit_reached
 from nmt_toolkit.training.efficiency import peak_tflops
+from nmt_toolkit.training.final_folder import WrittenWeights, save_model_folder
 from nmt_toolkit.training.prefetch import Prefetcher
 from nmt_toolkit.training.progress import Meter, ProgressLogger, train_stats
 from nmt_toolkit.training.resume import restore_data_position, resume
@@ -52,19 +54,15 @@ def run_training(configs: dict[str, Any], info: Optional[distributed.DistInfo] =
                                                                          device), configs["distributed"].distributed_timeout)
     finished = False
     try:
-        code = _train(configs, device, info)
+        run = _start(configs, device, info)
+        code = run.run()
         finished = True
-        return code
     finally:
         distributed.destroy(finished)
-
-
-def _prepare_save_dir(ck, info) -> None:
-    """Before any work: a bad --save-dir fails now, not at the first save; a killed save's temp files go."""
-    if info.is_master and not ck.no_save:
-        ckpt_io.prepare_save_dir(ck.save_dir)
-        for stale in ckpt_io.remove_stale_temp_files(ck.save_dir):
-            logger.info("removed %s, left by a save that was interrupted", stale)
+    ck = configs["checkpoint"]
+    if code == 0 and ck.save_model_folder and info.is_master:  # once the ranks have parted
+        save_model_folder(ck, run.parts.task, run.stored_config, run.written)
+    return code
 
 
 def _write_config(configs: dict[str, Any], ck, info) -> None:
@@ -77,11 +75,13 @@ def _write_config(configs: dict[str, Any], ck, info) -> None:
                                                 extra={"common": {"seed": seed}}))
 
 
-def _train(configs: dict[str, Any], device, info) -> int:
+def _start(configs: dict[str, Any], device, info) -> TrainingRun:
+    """Everything before the first update: the pieces built, the resume, the data, config.yaml and the
+    validation at start. (``--save-dir`` is prepared once, before this, by whoever holds its lock:
+    :mod:`.save_dir`.)"""
     seed, ck, lg = configs["common"].seed, configs["checkpoint"], configs["logging"]
     if precision_of(configs["precision"]) == "fp16" and device.type != "cuda":
         raise NmtError("--fp16/--amp needs a CUDA device; use --bf16 on CPU")
-    _prepare_save_dir(ck, info)
     seed_everything(seed)
     fmt = "simple" if lg.no_progress_bar and lg.log_format == "tqdm" else lg.log_format
     progress = ProgressLogger(fmt, tensorboard_logdir=lg.tensorboard_logdir,
@@ -100,7 +100,7 @@ def _train(configs: dict[str, Any], device, info) -> int:
     run = TrainingRun(configs, parts, progress, epoch_itr, validator, state, stored_config, device, info)
     if valid_splits and configs["optimization"].validate_at_start and path is None and parts.trainer.num_updates == 0:
         validator(epoch_itr.epoch, run.patience.best, count_for_best=False)  # eval mode: no RNG drawn
-    return run.run()
+    return run
 
 
 class TrainingRun:
@@ -129,6 +129,7 @@ class TrainingRun:
         self.graphs_logged = 0
         self.stop = StopFlag()
         self.vote = StopVote(device, info.world_size)  # under DDP every rank stops at the same update
+        self.written = WrittenWeights(bool(self.ck.save_model_folder), self.ck.save_dir)  # --save-model-folder's
 
     def wall(self) -> float:
         """Training seconds, those before the resume included."""
@@ -239,6 +240,7 @@ class TrainingRun:
         ckpt_io.save_checkpoint(state, first)
         for name in names[1:]:
             ckpt_io.copy_checkpoint(first, os.path.join(ck.save_dir, name))
+        self.written.saved(names, state["model"])
         ckpt_io.cleanup(ck.save_dir, ck.keep_last_epochs, ck.keep_interval_updates,
                         ck.keep_best_checkpoints, ck.maximize_best_checkpoint_metric)
         self.last_save_time = time.perf_counter()

@@ -49,6 +49,7 @@ def train_args(tiny_bin, save_dir, updates: int):
     return [tiny_bin, *TINY, "--max-update", str(updates), "--save-dir", str(save_dir), "--no-progress-bar"]
 
 
+@pytest.mark.slow
 def test_second_nmt_train_on_a_save_dir_is_refused_and_a_killed_one_does_not_block(tiny_bin, tmp_path):
     save = tmp_path / "ckpt"
     first = subprocess.Popen([sys.executable, "-m", "nmt_toolkit.cli.train", *train_args(tiny_bin, save, 100000)],
@@ -86,6 +87,7 @@ def test_a_locked_save_dir_is_left_as_it_was(tiny_bin, tmp_path):
     assert again.status == 0, again.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_spawned_ranks_share_their_parents_lock(tiny_bin, tmp_path):
     save = tmp_path / "ddp"
     result = run_process("nmt-train", [*train_args(tiny_bin, save, 2), "--distributed-world-size", "2"])
@@ -97,7 +99,7 @@ def test_torchrun_ranks_other_than_0_take_no_lock(tiny_bin, tmp_path, monkeypatc
     """Under torchrun only rank 0 writes; the other ranks must not be refused by rank 0's lock."""
     import contextlib
 
-    from nmt_toolkit.cli.train import save_dir_lock
+    from nmt_toolkit.training.save_dir import save_dir_lock
     from nmt_toolkit.checkpoints import prepare_save_dir
     from nmt_toolkit.training.distributed import DistInfo
     from nmt_toolkit.training.options import CheckpointConfig
