@@ -48,14 +48,14 @@ def nmt():
 
 
 def run(argv, prog: str = "nmt") -> int:
-    try:
-        nmt.main(args=list(argv), prog_name=prog, standalone_mode=False)
+    try:  # without standalone mode click returns the forwarded program's exit status instead of raising it
+        code = nmt.main(args=list(argv), prog_name=prog, standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
         print(f"{prog}: error: {exc.format_message()}", file=sys.stderr)
         return 2
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def main() -> None:
