@@ -182,3 +182,26 @@ def test_translator_load_reads_the_model_once(models, multilingual, monkeypatch)
     Translator.load(str(multilingual.saved_folder), source_lang="en", target_lang="de", device="cpu")
     assert reads.of(models["first"], multilingual.checkpoint, multilingual.saved_folder) == {
         **_checkpoint(models["first"]), **_checkpoint(multilingual.checkpoint), **_folder(multilingual.saved_folder)}
+
+
+def test_nmt_average_checkpoints_reads_each_input_once(models, monkeypatch, tmp_path):
+    m = models
+    reads = _run(monkeypatch, "nmt-average-checkpoints", ["--inputs", m["first"], m["second"],
+                                                          "--output", tmp_path / "avg.pt"])
+    assert reads.of(m["first"], m["second"]) == {**_checkpoint(m["first"]), **_checkpoint(m["second"])}
+
+
+@pytest.mark.parametrize("source", ["fairseq", "marian"])
+def test_nmt_convert_reads_the_foreign_model_once(source, monkeypatch, tmp_path):
+    """A fairseq checkpoint through the restricted unpickler alone (the importer knows what it reads; no
+    torch.load tries it first), a Marian folder's weights through safetensors."""
+    if source == "fairseq":
+        path = FAIRSEQ / "postnorm" / "model.pt"
+        expected = {("fairseq_pickle.read", os.path.realpath(path)): 1}
+        out = tmp_path / "ours.pt"
+    else:
+        path = MARIAN
+        expected = {("load_file", os.path.realpath(MARIAN / "model.safetensors")): 1}
+        out = tmp_path / "folder"
+    reads = _run(monkeypatch, "nmt-convert", ["--from", source, "--path", path, "--output", out])
+    assert reads.of(path) == expected
