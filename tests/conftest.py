@@ -68,3 +68,49 @@ def multi30k_learning_run(data_dir, tmp_path_factory):
     from multi30k_tiny import train_learning_run
 
     return train_learning_run(data_dir, tmp_path_factory.mktemp("learning"))
+
+
+# --------------------------------------------------------------------------- the fast inner loop
+
+def library_modules() -> list[str]:
+    """Every module of the library and the programs, by the name it is imported under."""
+    names = []
+    for base, package in ((REPO / "nmt_toolkit", "nmt_toolkit"), (REPO / "cli", "nmt_toolkit.cli")):
+        for path in sorted(base.rglob("*.py")):
+            parts = [package, *path.relative_to(base).with_suffix("").parts]
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _is_the_whole_fast_loop(config) -> bool:
+    """``pytest -m "not slow"`` over the whole suite (no paths, no -k): the run that must reach every module."""
+    return (config.option.markexpr == "not slow" and not config.option.keyword
+            and config.args_source == pytest.Config.ArgsSource.TESTPATHS)
+
+
+#: modules whose code runs only on hardware this machine may lack, and why; on such a machine no test, fast or
+#: slow, runs them (their tests are skipped), so the fast loop is not asked to import them
+NEEDS_CUDA = {"nmt_toolkit.generation.cuda_graphs": "CUDA graphs are recorded and replayed on a GPU only"}
+
+
+def _unreachable_here() -> set[str]:
+    import torch
+
+    return set() if torch.cuda.is_available() else set(NEEDS_CUDA)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The fast loop leaves out the slow tests, not the modules: each module must be imported by a test it
+    runs (in this process: a module only a subprocess imports is named here too, so that a fast test reaches
+    it in-process). A module no fast test imports fails the run, naming it."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) or \
+            not _is_the_whole_fast_loop(session.config):
+        return
+    import sys
+
+    missing = [name for name in library_modules() if name not in sys.modules and name not in _unreachable_here()]
+    if missing:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(f"the fast loop imports no test of these modules: {', '.join(missing)}; keep a test "
+                            f"that reaches each of them out of the slow ones", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -39,6 +39,7 @@ def _faults(**env_changes):
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
+@pytest.mark.slow
 def test_freed_blocks_are_reused_without_page_faults():
     applied, faults = _faults()
     assert applied
@@ -48,6 +49,7 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt only")
+@pytest.mark.slow
 def test_system_setting_keeps_glibc_defaults():
     applied, faults = _faults(**{allocator.ENV: "system"})
     assert not applied

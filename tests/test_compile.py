@@ -91,6 +91,7 @@ def test_bucketing_bounds_the_shapes_of_an_epoch(epoch_batches):
     assert len(padded) < len(lengths) / 2, (len(padded), len(lengths))
 
 
+@pytest.mark.slow
 def test_graphs_stop_growing_after_the_first_batches(epoch_batches):
     batches, vocab = epoch_batches
     model = _model(vocab)

@@ -44,6 +44,7 @@ def _trainer(vocab, compile_model):
     return trainer
 
 
+@pytest.mark.slow
 def test_compiled_training_steps_equal_the_eager_ones():
     batch, vocab = _batch()
     eager, compiled = _trainer(vocab, False), _trainer(vocab, True)

@@ -256,6 +256,7 @@ print(json.dumps(collections.Counter(d.string(dataset[i]["source"]) for i in ran
 
 
 @pytest.mark.skipif(not __import__("os").path.exists(FAIRSEQ_PY), reason="fairseq 0.12.3's venv is not here")
+@pytest.mark.slow
 def test_upsample_primary_reads_what_fairseqs_translation_task_reads(corpora_bin, tmp_path):
     """fairseq's translation task concatenates train and train1 of our data-bin with --upsample-primary 3:
     the same pairs, each as many times, as one epoch here."""

@@ -42,6 +42,7 @@ def reference(tiny_bin, tmp_path_factory):
     return load(out / "checkpoint_last.pt")
 
 
+@pytest.mark.slow
 def test_spawned_world_size_2_equals_update_freq_2(tiny_bin, reference, tmp_path):
     assert train([tiny_bin, *TINY, *NODROP, "--distributed-world-size", "2", "--save-dir", str(tmp_path)]) == 0
     got = load(tmp_path / "checkpoint_last.pt")
@@ -49,6 +50,7 @@ def test_spawned_world_size_2_equals_update_freq_2(tiny_bin, reference, tmp_path
     assert max_diff(reference["model"], got["model"]) <= 1e-5
 
 
+@pytest.mark.slow
 def test_torchrun_equals_update_freq_2(tiny_bin, tmp_path):
     env = {**os.environ}  # OMP_NUM_THREADS=1 on both sides (_one_thread_everywhere)
     ref = [sys.executable, "-m", "nmt_toolkit.cli.train", tiny_bin, *TINY, *NODROP, "--update-freq", "2",
@@ -64,6 +66,7 @@ def test_torchrun_equals_update_freq_2(tiny_bin, tmp_path):
     assert max_diff(want, load(tmp_path / "ddp" / "checkpoint_last.pt")["model"]) <= 1e-5
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_run(tiny_bin, tmp_path):
     # rank 1 cannot read its (missing) restore file: everyone must exit with an error, not hang
     cmd = [sys.executable, "-m", "nmt_toolkit.cli.train", tiny_bin, *TINY, *NODROP, "--distributed-world-size", "2",
@@ -72,6 +75,7 @@ def test_a_failing_rank_fails_the_run(tiny_bin, tmp_path):
     assert p.returncode != 0 and "missing.pt" in p.stderr
 
 
+@pytest.mark.slow
 def test_resume_under_ddp_and_with_a_changed_world_size(tiny_bin, tmp_path):
     """2 ranks stopped at update 3 and resumed as 2 ranks, or as 1 process with --update-freq 2; and 1 process
     stopped at 3 resumed as 2 ranks: each ends where 1 process with --update-freq 2 for 6 updates ends.
@@ -101,6 +105,7 @@ def test_resume_under_ddp_and_with_a_changed_world_size(tiny_bin, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_uneven_shards_reach_the_epoch_end_under_ddp(tiny_bin, tmp_path):
     """--max-tokens 210 cuts an epoch into 15 batches: at the end of each epoch rank 1 has no batch of its own (it
     takes part with an empty one), where 1 process with --update-freq 2 makes its last update of one batch. Two

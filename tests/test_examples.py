@@ -88,6 +88,7 @@ def test_clean_corpus_follows_moses_rules(tmp_path):
     assert (tmp_path / "out.de").read_text().splitlines() == ["a b c", '"s x y']
 
 
+@pytest.mark.slow
 def test_ptb_prepare_sample_split_and_round_trip(tmp_path, data_dir):
     treebank = _import_example(EXAMPLES / "ptb_parsing" / "treebank.py")
     from nmt_toolkit.data.trees import parse_tree

@@ -132,6 +132,7 @@ def _resume_and_compare(tiny_bin, save_dir, reference):
 @pytest.mark.parametrize("kill_at, half_written", [("4:mid", "checkpoint_1_2.pt"), ("9:mid", "checkpoint_best.pt"),
                                                    ("11:mid", "checkpoint_last.pt"), ("8:after", None), ("11:after", None),
                                                    ("13:after", None)])
+@pytest.mark.slow
 def test_kill_inside_a_save_then_resume_is_exact(tiny_bin, reference, tmp_path, kill_at, half_written):
     rc, err, _ = _child(tiny_bin, tmp_path, kill_at=kill_at)
     assert rc == -signal.SIGKILL, err[-2000:]
@@ -142,6 +143,7 @@ def test_kill_inside_a_save_then_resume_is_exact(tiny_bin, reference, tmp_path, 
     _resume_and_compare(tiny_bin, tmp_path, reference)
 
 
+@pytest.mark.slow
 def test_kill_at_random_moments_then_resume_is_exact(tiny_bin, reference, tmp_path):
     rc, err, train_s = _child(tiny_bin, tmp_path / "timing")  # training time from its first save to its end
     assert rc == 0, err[-2000:]
@@ -189,6 +191,7 @@ def _limit_file_size(limit):
     return set_limit
 
 
+@pytest.mark.slow
 def test_disk_full_during_a_save_keeps_the_previous_checkpoint(tiny_bin, reference, tmp_path):
     assert train([tiny_bin, *FLAGS, "--max-update", "3", "--save-dir", str(tmp_path)]) == 0
     before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if n.endswith(".pt")}
@@ -254,6 +257,7 @@ def test_disk_full_during_binarization_leaves_the_folder_as_it_was(tmp_path):
     assert len(task.load_dataset("train")) == len(task.load_dataset("valid")) == 4000
 
 
+@pytest.mark.slow
 def test_kill_during_binarization_then_the_next_run_removes_the_staging_folder(tmp_path):
     """kill -9 while nmt-preprocess binarizes leaves its staging folder beside --destdir (nothing runs at a
     SIGKILL); the next run into that --destdir removes it, and keeps a staging folder whose process still runs."""

@@ -72,6 +72,7 @@ def _assert_learned(out: str, refs: list[str], floor: float = BLEU_FLOOR, exact:
     assert max(pieces.count(p) for p in set(pieces)) < 0.3 * len(pieces)  # not one token everywhere ("." is 0.19)
 
 
+@pytest.mark.slow
 def test_generate_lines_order_and_pipeline(setup_dir, capsys):
     root, data, ck = setup_dir
     rc, out, err = _run(capsys, [data, "--path", ck, "--gen-subset", "test", "--beam", "3", "--max-len-b", "5",

@@ -79,6 +79,7 @@ def _lines(output: str, kind: str) -> list[list[str]]:
     return [row[1:] for row in sorted(rows, key=lambda row: int(row[0].split("-")[1]))]
 
 
+@pytest.mark.slow
 def test_translator_and_server_decode(altered, expected):
     from nmt_toolkit.serving.models import MultilingualModel
 
@@ -111,6 +112,7 @@ def test_nmt_generate_and_interactive(altered, expected, tmp_path, capsys):
     assert capsys.readouterr().out.splitlines() == [text for _, text, _ in expected]
 
 
+@pytest.mark.slow
 def test_ctranslate2_prints_the_same(altered, expected, tmp_path, capsys):
     pytest.importorskip("ctranslate2")
     path, data, lines = altered

@@ -55,6 +55,7 @@ def test_a_finite_weight_whose_sum_overflows_loads(trained_translation, tmp_path
         _load(path, trained_translation.data)
 
 
+@pytest.mark.slow
 def test_loading_does_not_import_torchs_python_reference_kernels(trained_translation):
     """Building a model on the meta device runs torch's Python reference kernels, which import sympy and
     hundreds of modules: about 2 s and 70 MiB at every start of nmt-generate. Loading needs none of them."""

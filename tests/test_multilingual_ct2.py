@@ -131,6 +131,7 @@ def _count_calls(generator):
     (dict(beam=4, lenpen=0.0), False),  # without a length penalty: one call per limit, as before
     (dict(beam=3, max_len_a=0.5, max_len_b=2), False),  # tight limits: most sentences reach theirs
 ], ids=["beam", "greedy", "no-lenpen", "tight"])
+@pytest.mark.slow
 def test_one_call_serves_a_batch_and_changes_no_result(model, exports, search, one_call):
     """A batch of 40 sentences of different lengths (so different limits a * |source| + b) decodes as each
     sentence alone does (one limit, one call: what the engine did before it searched batches together)."""

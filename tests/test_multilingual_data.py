@@ -94,6 +94,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.skipif(not FAIRSEQ_PY.exists(), reason="fairseq 0.12.3's venv is not on this machine")
+@pytest.mark.slow
 def test_fairseq_multilingual_task_reads_our_data_bin(mbin, raw, tmp_path):
     """fairseq's translation_multi_simple_epoch loads the folder with its language tokens added (__en__
     first in the source with --encoder-langtok src, __de__ first in the target with --decoder-langtok) and

@@ -64,6 +64,7 @@ def _raw_valid(raw, lang):  # noqa: F811
 
 
 @pytest.mark.parametrize("target", ["de", "fr"])
+@pytest.mark.slow
 def test_the_tags_fed_to_the_model_are_the_training_items(model, raw, target):  # noqa: F811
     data, ck = model
     task, items = _training_items(data, f"en-{target}")

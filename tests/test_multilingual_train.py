@@ -44,6 +44,7 @@ def _task(data, **options):
     (["--lang-dict", "{langs}", "--encoder-langtok", "tgt", "--decoder-langtok"],
      {"lang_dict": "{langs}", "encoder_langtok": "tgt", "decoder_langtok": True}),
 ])
+@pytest.mark.slow
 def test_items_are_fairseqs_token_for_token(mbin, tmp_path, flags, options):  # noqa: F811
     script = tmp_path / "items.py"
     script.write_text(FAIRSEQ_ITEMS)

@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import nmt_toolkit
 
 PACKAGE = pathlib.Path(nmt_toolkit.__file__).resolve().parent
@@ -63,6 +65,7 @@ print("EVENTS " + json.dumps(events))
 """
 
 
+@pytest.mark.slow
 def test_a_train_generate_interactive_run_compiles_and_loads_nothing(tmp_path):
     before = sorted(str(p) for p in PACKAGE.rglob("*") if "__pycache__" not in p.parts)
     script = tmp_path / "watch.py"

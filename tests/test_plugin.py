@@ -27,6 +27,7 @@ def _nmt(program: str, *args, env_extra=None, cwd=None) -> subprocess.CompletedP
                           env=env, cwd=cwd or REPO, timeout=600)
 
 
+@pytest.mark.slow
 def test_user_dir_options_appear_in_help():
     proc = _nmt("train", "--user-dir", USER_DIR, *SELECT, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -35,12 +36,14 @@ def test_user_dir_options_appear_in_help():
     assert "--embed-dim" in proc.stdout  # the built-in model options are inherited
 
 
+@pytest.mark.slow
 def test_without_the_plugin_its_names_are_unknown():
     proc = _nmt("train", "--arch", "glu_transformer_tiny", "--help")
     assert proc.returncode == 2
     assert "glu_transformer_tiny" in proc.stderr
 
 
+@pytest.mark.slow
 def test_entry_point_discovery(tmp_path):
     """An installed distribution declaring the ``nmt_toolkit.plugins`` group is imported without --user-dir."""
     site = tmp_path / "site"

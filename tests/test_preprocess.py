@@ -23,6 +23,7 @@ def _tree(path):
             if os.path.isfile(os.path.join(path, p))}
 
 
+@pytest.mark.slow
 def test_sentencepiece_roundtrip_multi30k(data_dir, tmp_path):
     import sentencepiece as spm
 
@@ -66,6 +67,7 @@ def test_workers_output_byte_identical(data_dir, tmp_path):
     assert ds[0].tolist() == d.encode_line(first).tolist() and len(ds) == 10000
 
 
+@pytest.mark.slow
 def test_subword_nmt_and_reuse(data_dir, tmp_path):
     w = data_dir / "wmt14-sample"
     _subset(w / "train", tmp_path / "train", 1500)

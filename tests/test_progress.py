@@ -117,6 +117,7 @@ def _env():
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", COLUMNS="120")
 
 
+@pytest.mark.slow
 def test_log_file_gets_progress_lines_while_training_runs(tiny_bin, tmp_path):
     """stderr a pipe: plain ``progress |`` lines arrive while nmt-train still runs, at most one per 5%."""
     cmd = _train_cmd(tiny_bin, tmp_path, "--max-update", "40", "--log-format", "tqdm", "--log-interval", "10")
@@ -150,6 +151,7 @@ def test_log_file_gets_progress_lines_while_training_runs(tiny_bin, tmp_path):
     assert any(l.startswith("valid |") for l in lines)
 
 
+@pytest.mark.slow
 def test_no_flood_in_a_log_file(tiny_bin, tmp_path):
     """200 updates: still at most ~20 progress lines (one per 5% of the budget)."""
     proc = subprocess.run(_train_cmd(tiny_bin, tmp_path, "--max-update", "200", "--log-format", "tqdm",
@@ -161,6 +163,7 @@ def test_no_flood_in_a_log_file(tiny_bin, tmp_path):
     assert "\r" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_terminal_bar_is_redrawn_in_place(tiny_bin, tmp_path):
     """stderr a terminal: one bar redrawn with carriage returns; summary lines are written above it."""
     import fcntl

@@ -27,6 +27,7 @@ def files(tmp_path, data_dir):
 SACREBLEU = [sys.executable, "-m", "sacrebleu"]  # the command, from the package we depend on: never skipped
 
 
+@pytest.mark.slow
 def test_same_numbers_as_the_sacrebleu_command(files, capsys):
     hyp, ref = files
     for width in ("1", "2", "4"):

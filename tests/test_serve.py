@@ -30,6 +30,7 @@ def _sources(trained_translation) -> list[str]:
     return (trained_translation.root / "test.en").read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_libretranslatepy_gets_the_translators_translations(server, translator, trained_translation):
     from libretranslatepy import LibreTranslateAPI
 
@@ -173,6 +174,7 @@ def test_the_web_page_loads_nothing_from_elsewhere(server):
     assert "http://" not in page.text and "https://" not in page.text and "//cdn" not in page.text
 
 
+@pytest.mark.slow
 def test_a_thousand_bad_requests_leak_nothing(server):
     from serve_process import rss_kib
 
@@ -195,6 +197,7 @@ def test_a_thousand_bad_requests_leak_nothing(server):
     assert post_json(server.url + "/translate", {"q": "A dog runs.", "source": "en", "target": "de"}).status_code == 200
 
 
+@pytest.mark.slow
 def test_api_keys(trained_translation, tmp_path):
     from libretranslatepy import LibreTranslateAPI
 
@@ -217,6 +220,7 @@ def test_api_keys(trained_translation, tmp_path):
         assert process.terminate() == 0
 
 
+@pytest.mark.slow
 def test_a_model_folder_is_served_without_a_data_bin(trained_translation, translator, tmp_path, capsys):
     from libretranslatepy import LibreTranslateAPI
 
@@ -240,6 +244,7 @@ def test_a_model_folder_is_served_without_a_data_bin(trained_translation, transl
     assert errors == [f"nmt-serve: error: --also {folder}: en-de is served already (one model per pair)"]
 
 
+@pytest.mark.slow
 def test_several_pairs_each_from_its_own_model(trained_translation, translator, tmp_path):
     from nmt_toolkit.cli.export import run as export
     from tests.reliability.harness import tiny_trained_model

@@ -158,6 +158,7 @@ def test_a_decode_stops_once_nobody_wants_its_batch_and_the_worker_takes_the_nex
     assert observer.calls == [("stopped", 1), ("decoded", 1)]
 
 
+@pytest.mark.slow
 def test_stop_returns_although_a_decode_does_not_listen():
     """A CTranslate2 call cannot be interrupted: stop() waits for it a bounded time and leaves its (daemon)
     thread behind instead of holding the process past the drain limit."""

@@ -30,6 +30,7 @@ def _wait_for(condition, what: str, timeout: float = 120.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_busy_server_answers_health_times_out_with_503_and_drops_abandoned_work(trained_translation):
     t = trained_translation
     server = ServerProcess(t.data, t.first, "--request-timeout", "4")
@@ -61,6 +62,7 @@ def test_busy_server_answers_health_times_out_with_503_and_drops_abandoned_work(
         assert server.terminate() == 0
 
 
+@pytest.mark.slow
 def test_sigterm_answers_every_request_in_flight_then_exits_0(trained_translation):
     from nmt_toolkit import Translator
 
@@ -86,6 +88,7 @@ def test_sigterm_answers_every_request_in_flight_then_exits_0(trained_translatio
 
 
 
+@pytest.mark.slow
 def test_a_request_past_its_timeout_stops_its_decode_and_frees_the_worker(trained_translation):
     t = trained_translation
     server = ServerProcess(t.data, t.first, "--request-timeout", "2")
@@ -103,6 +106,7 @@ def test_a_request_past_its_timeout_stops_its_decode_and_frees_the_worker(traine
     assert "Traceback" not in server.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_long_decode_exits_within_the_drain_limit(trained_translation):
     t = trained_translation
     server = ServerProcess(t.data, t.first, "--request-timeout", "2")

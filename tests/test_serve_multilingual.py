@@ -39,6 +39,7 @@ def translators(tiny):
                                     device="cpu", beam=3) for s, t in DIRECTIONS}
 
 
+@pytest.mark.slow
 def test_languages_lists_every_direction_between_the_models_languages(server):
     from libretranslatepy import LibreTranslateAPI
 
@@ -49,6 +50,7 @@ def test_languages_lists_every_direction_between_the_models_languages(server):
     assert httpx.get(server.url + "/health").json()["models"] == ["de|en|fr (every direction)"]
 
 
+@pytest.mark.slow
 def test_requests_of_all_directions_at_once_get_each_directions_translations(server, translators, tiny):
     """Requests of five directions sent together reach the batcher together; each gets its direction's
     n-best lists and scores, which a batch mixing directions (other tags) would not give."""

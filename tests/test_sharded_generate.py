@@ -24,6 +24,7 @@ def blocks(text: str) -> dict[int, list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_merged_shards_equal_the_unsharded_output(capsys):
     assert generate(ARGS) == 0
     whole = capsys.readouterr().out

@@ -131,6 +131,7 @@ LENGTHS = [2, 30, 6, 15, 3, 11, 9, 24, 4]
     dict(beam=4, max_len_a=0, max_len_b=5),  # tight: most sentences end at the limit
     dict(beam=4, max_len_a=0.5, max_len_b=2, max_len_source="batch", unkpen=2.0, lenpen=2.0),
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+@pytest.mark.slow
 def test_static_search_gives_the_dynamic_hypotheses(trained, kw):
     model, d = trained
     src, lengths = _batch(d, LENGTHS, 3)
@@ -367,6 +368,7 @@ def test_nmt_generate_prints_the_same_lines(setup_dir, capsys):  # noqa: F811
     assert rc == 2 and "--static-search on" in err and "--print-alignment" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_gpu_generate_benchmark_runs_tiny_on_the_cpu():
     """benchmarks/gpu_generate.py: --help, and one small run printing one JSON line with both searches."""
     import json

@@ -2,6 +2,7 @@
 rank asked, without reading the device in the update it asked."""
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -21,6 +22,7 @@ def _votes(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_every_rank_reads_the_same_vote_one_update_late(tmp_path):
     import torch.multiprocessing as mp
 

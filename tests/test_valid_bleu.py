@@ -69,6 +69,7 @@ def test_eval_bleu_usage_errors(tiny_bin, tmp_path, capsys, flags, message):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_two_ranks_sum_their_statistics(tiny_bin, tmp_path, capfd, monkeypatch):
     """Each rank decodes its shard (here 2 of the 3 batches and 1); the BLEU of the start's validation, same weights
     everywhere, must be the one-process BLEU of the whole split, not an average of two shard BLEUs."""

@@ -160,12 +160,14 @@ def _refused_without_a_trace(world, tmp_path, argv, stdin, *names):
 
 @pytest.mark.parametrize("payload", PAYLOADS)
 @pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.slow
 def test_a_crafted_model_file_is_refused_and_runs_nothing(world, tmp_path, program, payload):
     model = world["payloads"][payload]
     argv, stdin = _programs(world["data"], model, tmp_path / "out")[program]
     _refused_without_a_trace(world, tmp_path, [str(a) for a in argv], stdin, str(model))
 
 
+@pytest.mark.slow
 def test_a_yaml_config_with_python_tags_is_refused_and_runs_nothing(world, tmp_path):
     config = world["root"] / f"evil-{tmp_path.name}.yaml"
     config.write_text(f"lr: !!python/object/apply:os.system ['touch {world['target'] / 'yaml-ran'}']\n"
@@ -175,6 +177,7 @@ def test_a_yaml_config_with_python_tags_is_refused_and_runs_nothing(world, tmp_p
 
 
 @pytest.mark.parametrize("kind", ["pickle", "torchscript"])
+@pytest.mark.slow
 def test_a_dictionary_that_is_a_pickle_or_archive_is_refused_and_runs_nothing(world, tmp_path, kind):
     data = tmp_path / "bin"
     shutil.copytree(world["data"], data)
@@ -193,6 +196,7 @@ def trained(world):
     return str(save_dir / "checkpoint_last.pt")
 
 
+@pytest.mark.slow
 def test_a_config_that_builds_a_huge_model_is_refused_before_the_memory_is_taken(world, trained, tmp_path):
     """The stored weights are 32 wide, the stored config says 4096: building that model first would take
     ~400 MB for a file of a few hundred KB (65536 would take gigabytes). The reference is the process's peak

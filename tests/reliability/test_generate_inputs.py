@@ -65,6 +65,7 @@ def _limit_file_size(limit):
     return set_limit
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_results_path_is_one_line_and_leaves_no_temporary_file(world, tmp_path):
     root, data, ck = world
     results = tmp_path / "res"

@@ -168,6 +168,7 @@ def test_a_work_folder_the_script_made_is_reused_and_only_its_own_entries_go(tmp
 
 
 @pytest.mark.parametrize("fmt", ["ctranslate2", "marian"])
+@pytest.mark.slow
 def test_export_overwrite_into_the_working_folder_deletes_nothing(world, tmp_path, fmt):
     """The finding as a user met it, a real process: ``nmt-export --overwrite --output-dir .`` in a folder of
     theirs used to delete every file there (and, named ``/`` as root, a machine's /etc)."""

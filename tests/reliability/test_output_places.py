@@ -55,6 +55,7 @@ def test_an_existing_file_as_output_dir_is_refused_and_kept(world, tmp_path, fmt
 
 
 @pytest.mark.parametrize("fmt", ["fairseq", "ctranslate2"])
+@pytest.mark.slow
 def test_a_full_disk_during_export_is_one_line_and_leaves_nothing(world, tmp_path, fmt):
     root, data, ck = world
     if fmt == "ctranslate2":

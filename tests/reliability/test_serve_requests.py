@@ -106,6 +106,7 @@ def test_every_generation_option_is_a_request_option_or_kept_by_the_server_for_a
 
 
 @pytest.mark.parametrize("name, value", MATRIX)
+@pytest.mark.slow
 def test_a_request_option_outside_its_flags_range_is_one_json_line_and_the_next_is_answered(client, name, value):
     extra = {"sampling": True} if name in ("sampling_topk", "sampling_topp", "temperature") else {}
     error = _refused(client.post("/v1/translate", json={**OK, **extra, name: value}))
@@ -265,6 +266,7 @@ def test_a_trailing_slash_is_not_redirected_to_the_host_header(client):
 # ---------------------------------------------------------------------- connections
 
 
+@pytest.mark.slow
 def test_a_half_sent_request_is_cut_off_after_the_client_timeout(server):
     parts = urlsplit(server.url)
     partial = [b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: app",  # half a head
@@ -283,6 +285,7 @@ def test_a_half_sent_request_is_cut_off_after_the_client_timeout(server):
             sock.close()
 
 
+@pytest.mark.slow
 def test_connections_over_the_cap_are_closed_at_once(server, client):
     parts = urlsplit(server.url)
     sockets = [socket.create_connection((parts.hostname, parts.port), timeout=10)

@@ -25,6 +25,7 @@ def translator(trained_translation):
     return Translator.load(str(trained_translation.first), data=str(trained_translation.data), device="cpu")
 
 
+@pytest.mark.slow
 def test_a_string_is_one_sentence_too_many_a_real_process_says_so_in_one_line(trained_translation, tmp_path):
     """translate("A dog runs.") translated each of its 11 characters; now a TypeError, as in a user's script."""
     script = textwrap.dedent(f"""
