@@ -301,13 +301,14 @@ def test_default_decode_workers_one_per_thread_on_the_cpu_only(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert decode_workers(None, beam, cpu, num_batches=16) == 2
     assert decode_workers(None, beam, cpu, num_batches=8) == 2
-    assert decode_workers(None, beam, cpu, num_batches=7) == 1  # too few batches: the tail would cost the gain
+    assert decode_workers(None, beam, cpu, num_batches=3) == 2  # one-thread workers as long as each has a batch
     assert decode_workers(None, beam, cpu, num_batches=1) == 1
     assert decode_workers(None, beam, gpu, num_batches=16) == 1
     assert decode_workers(None, sampling, cpu, num_batches=16) == 1
     monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
     assert decode_workers(None, beam, cpu, num_batches=64) == 4  # then 4 threads each
-    assert decode_workers(None, beam, cpu, num_batches=12) == 3
+    assert decode_workers(None, beam, cpu, num_batches=12) == 4
+    assert decode_workers(None, beam, cpu, num_batches=3) == 3
     assert decode_workers(3, beam, cpu, num_batches=16) == 3
 
 
@@ -369,3 +370,26 @@ def test_gpu_decoding_matches_the_cpu_and_half_precision_stays_close(setup_dir, 
         assert len(same) >= 0.8 * len(want), flag
         for k in same:  # base-2 sentence scores, length-normalised: close to the float32 ones
             assert abs(got[k][0] - want[k][0]) <= tol, (flag, k, got[k], want[k])
+
+
+def test_a_cpu_decode_without_batch_size_gives_every_thread_its_own_batches(trained_translation, monkeypatch):
+    """200 sentences of at most 10 tokens fit one --max-tokens 4096 batch; on the CPU without --batch-size they
+    are cut into batches of at most --cpu-batch-size (64: ceil(200 / 64) = 4 batches), which two threads decode
+    two at a time, one thread each. --batch-size, and --cpu-batch-size 0, keep the given budgets."""
+    import random
+
+    from nmt_toolkit import Translator
+    from nmt_toolkit.generation.translator import decode_workers
+    from tests.trained_model import sentences
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    lines = sentences(random.Random(5), 200)
+    sizes = {}
+    for name, options in (("default", {}), ("cpu_batch_size 0", {"cpu_batch_size": 0})):
+        t = Translator.load(str(trained_translation.first), str(trained_translation.data), device="cpu", **options)
+        dataset = t.task.build_dataset_for_inference(t.encode(lines, "test input", 1, unit="sentence"))
+        batches = list(t.batches(dataset))
+        sizes[name] = sorted(len(b["id"]) for b in batches)
+        sizes[name + " workers"] = decode_workers(None, t.gen, t.engine, len(batches))
+    assert sizes["default"] == [8, 64, 64, 64] and sizes["default workers"] == 2
+    assert sizes["cpu_batch_size 0"] == [200] and sizes["cpu_batch_size 0 workers"] == 1

@@ -75,6 +75,11 @@ class GenerationConfig:
     static_check_interval: int = option(4, "static-shape search: ask the device whether every sentence of the "
                                            "batch has finished every N steps (each ask waits for it)", metavar="N",
                                         low=1, high=LENGTH_BOUND)
+    cpu_batch_size: int = option(64, "CPU decoding without --batch-size: at most this many sentences per batch, so "
+                                     "that a long input makes enough batches for every core to decode its own on "
+                                     "one thread (a batch split over several threads stalls at each step whenever "
+                                     "another process takes one of its cores); 0: batches by --max-tokens only",
+                                 metavar="N", low=0, high=LENGTH_BOUND)
     cpu_packed_linear: bool = option(True, "CPU float32 decoding: linear layers through oneDNN with their weights "
                                            "packed once (a ReLU fused into its product) and each step's attention "
                                            "as two batched products (generation/cpu.py; checked against F.linear "

@@ -18,16 +18,15 @@ R = TypeVar("R")
 
 
 AUTO_MAX_WORKERS = 4
-AUTO_BATCHES_PER_WORKER = 4
 
 
 def auto_workers(num_batches: int, threads: int) -> int:
     """How many batches a CPU decode runs at once when the user does not say: one worker per intra-op
-    thread, at most 4, and at least 4 batches per worker. The last batches run while other workers may
-    already be idle; with few batches that tail costs what the parallelism gains (2 cores, 250-sentence
-    batches: 5 batches no gain, 9 batches -9 % time, 16 batches -7 to -15 %; 64-sentence batches -14 to
-    -17 %)."""
-    return max(1, min(threads, AUTO_MAX_WORKERS, num_batches // AUTO_BATCHES_PER_WORKER))
+    thread (at most 4), as long as each has a batch. A batch split over several intra-op threads waits at
+    every operation for the slowest of them, so when another process takes one of the cores, each of the
+    hundreds of operations of a step waits for that thread to be scheduled again; one-thread workers on
+    batches of their own never wait for each other (measured in docs/benchmarks.md, "On a shared machine")."""
+    return max(1, min(threads, AUTO_MAX_WORKERS, num_batches))
 
 
 def decode_batches(batches: Iterable[T], translate: Callable[[T], R], workers: int = 1) -> Iterator[tuple[T, R]]:

@@ -239,10 +239,20 @@ class Translator:
                 for i, source in enumerate(sentences)]
 
     def batches(self, dataset, num_shards: int = 1, shard_id: int = 0):
-        """nmt-generate's batches of ``dataset``: by length, within the task's ``max_tokens``, in a fixed order."""
-        return self.task.get_batch_iterator(dataset, required_batch_size_multiple=1,
+        """nmt-generate's batches of ``dataset``: by length, within the task's ``max_tokens`` and ``batch_size``
+        (on the CPU without a ``batch_size``, ``cpu_batch_size`` sentences at most), in a fixed order."""
+        return self.task.get_batch_iterator(dataset, max_sentences=self.batch_sentences(),
+                                            required_batch_size_multiple=1,
                                             max_positions=(self.source_limit()[0], None), shuffle=False,
                                             num_shards=num_shards, shard_id=shard_id).next_epoch_itr(shuffle=False)
+
+    def batch_sentences(self) -> Optional[int]:
+        """The most sentences a batch holds: the task's ``batch_size`` when set; else, for the torch engine on
+        the CPU, ``cpu_batch_size`` (one-thread workers need several batches to share); else no limit but the
+        token budget."""
+        if self.task.cfg.batch_size or self.engine.name != "torch" or self.engine.device.type != "cpu":
+            return self.task.cfg.batch_size
+        return self.gen.cpu_batch_size or None
 
     def decode(self, batches, need_attn: bool = False, workers: Optional[int] = None):
         """Yield ``(sample, hypotheses per sentence)`` for each batch, in order; on the CPU several batches

@@ -29,6 +29,7 @@ SERVER_ONLY = {
     "static_search": "how the server's device runs the search is the server's setting",
     "static_check_interval": "how the server's device runs the search is the server's setting",
     "cpu_packed_linear": "the model is prepared for the CPU once, at start",
+    "cpu_batch_size": "the server forms its own batches from the requests it holds",
 }
 
 #: translators with other options than the server's, kept for reuse (each shares the loaded model)
