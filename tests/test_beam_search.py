@@ -419,7 +419,7 @@ def test_generator_rejects_an_nbest_larger_than_the_beam_and_unknown_rules():
     model = make_model(d, 1)
     with pytest.raises(ValueError, match="nbest"):
         SequenceGenerator([model], d, GenerationConfig(beam=2, nbest=3))
-    with pytest.raises(UsageError, match="^--early-stop sometimes: must be one of bound, beam, never$"):
+    with pytest.raises(UsageError, match="^--early-stop sometimes: must be one of auto, bound, beam, never$"):
         SequenceGenerator([model], d, GenerationConfig(early_stop="sometimes"))
 
 

@@ -93,9 +93,15 @@ def test_engine_names_the_options_it_lacks():
     gen = GenerationConfig(lenpen_style="fairseq", early_stop="beam")
     assert unsupported_options(gen) == []
     assert unsupported_options(GenerationConfig(lenpen=0.0, early_stop="beam")) == []  # no penalty: no style
-    lacking = unsupported_options(GenerationConfig(unkpen=2.0), need_attn=True)
+    lacking = unsupported_options(GenerationConfig(lenpen_style="gnmt", early_stop="bound", unkpen=2.0),
+                                  need_attn=True)
     assert [x.split(" (")[0] for x in lacking] == ["--lenpen-style gnmt", "--early-stop bound", "--unkpen",
                                                      "--print-alignment/--attention-plot"]
+    # the defaults are each engine's own rules: CTranslate2's search, the paper's for the torch engine
+    assert unsupported_options(GenerationConfig().for_engine("ctranslate2")) == []
+    torch_rules = GenerationConfig().for_engine("torch")
+    assert (torch_rules.lenpen_style, torch_rules.early_stop) == ("gnmt", "bound")
+    assert GenerationConfig(early_stop="never").for_engine("ctranslate2").early_stop == "never"  # named: kept
     lacking = unsupported_options(GenerationConfig(lenpen_style="fairseq", early_stop="beam", max_len_source="batch"))
     assert [x.split(" (")[0] for x in lacking] == ["--max-len-source batch"]
 
@@ -150,3 +156,20 @@ def test_nmt_export_errors_are_one_line(tmp_path, capfd):
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.pt" in err[0]
     assert os.listdir(tmp_path) == []  # no output folder, no staging folder
+
+
+def test_the_defaults_run_with_the_ctranslate2_engine_as_its_own_rules(trained_translation, tmp_path, capsys):
+    """--engine ctranslate2 without search flags runs (it refused its own defaults, GNMT's penalty and the
+    exact bound, until the user named others) and prints what naming CTranslate2's rules prints; a rule it
+    lacks, named, is still refused by name."""
+    from nmt_toolkit.cli.generate import run as generate
+
+    base = [str(trained_translation.data), "--path", str(trained_translation.first), "--gen-subset", "test", "--beam", "4",
+            "--engine", "ctranslate2"]
+    assert generate(base) == 0
+    defaults = capsys.readouterr().out
+    assert generate([*base, "--lenpen-style", "fairseq", "--early-stop", "beam"]) == 0
+    named = capsys.readouterr().out
+    assert defaults == named and defaults.count("\nH-") + defaults.startswith("H-") >= 20
+    assert generate([*base, "--early-stop", "bound"]) == 2
+    assert "--engine ctranslate2 has no --early-stop bound" in capsys.readouterr().err

@@ -94,6 +94,7 @@ class SequenceGenerator:
         self.start = decoder_start(self.model.models, tgt_dict)
         self.vocab_size = len(tgt_dict)
         check_ranges(cfg)  # a config built in code: its choices and ranges, as the flags check them
+        cfg = cfg.for_engine("torch")
         if not 1 <= cfg.nbest <= cfg.beam:
             raise ValueError(f"nbest must be between 1 and the beam size ({cfg.beam}), got {cfg.nbest}")
         self.cfg = cfg

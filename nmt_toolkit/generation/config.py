@@ -1,6 +1,7 @@
 """Options of the search (beam, length penalty, sampling…), shared by nmt-generate and nmt-interactive."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +20,12 @@ LENGTH_BOUND = 1_000_000
 BEAM_BOUND = 1000
 
 
+#: what ``auto`` means for each engine: the torch engine searches as the paper did (GNMT's length penalty, the
+#: exact stopping bound); CTranslate2 has one rule of each, fairseq's
+ENGINE_RULES = {"torch": {"lenpen_style": "gnmt", "early_stop": "bound"},
+                "ctranslate2": {"lenpen_style": "fairseq", "early_stop": "beam"}}
+
+
 @dataclass
 class GenerationConfig:
     """How hypotheses are searched and scored (fairseq's flag names)."""
@@ -29,8 +36,9 @@ class GenerationConfig:
     nbest: int = option(1, "number of hypotheses to output per sentence (<= beam)", low=1, high=BEAM_BOUND)
     lenpen: float = option(0.6, "length penalty alpha (the paper: 0.6); 0 disables length normalisation, "
                                 "< 0 favours shorter outputs (as in fairseq)", low=-LENPEN_BOUND, high=LENPEN_BOUND)
-    lenpen_style: str = option("gnmt", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha",
-                               choices=("gnmt", "fairseq"))
+    lenpen_style: str = option("auto", "gnmt: lp(Y)=((5+|Y|)/6)^alpha (the paper's); fairseq: |Y|^alpha; auto: gnmt "
+                                       "with the torch engine, fairseq with CTranslate2 (the one it has)",
+                               choices=("auto", "gnmt", "fairseq"))
     max_len_a: float = option(1.0, "maximum output length = a * source length + b (the paper: input + 50); the "
                                    "model's target positions cap it, as in fairseq", low=0, high=1000)
     max_len_b: int = option(50, "see --max-len-a (parsing uses 300)", low=-LENGTH_BOUND, high=LENGTH_BOUND)
@@ -52,10 +60,11 @@ class GenerationConfig:
                  "the two rank hypotheses of different lengths otherwise)",
         choices=("model", "zero"))
     early_stop: str = option(
-        "bound", "bound: a sentence stops when no active hypothesis can beat the finished ones it outputs "
-                 "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "
-                 "search every sentence to its maximum length",
-        choices=("bound", "beam", "never"))
+        "auto", "bound: a sentence stops when no active hypothesis can beat the finished ones it outputs "
+                "(T2T's rule, exact); beam: as soon as it has --beam finished hypotheses (fairseq's); never: "
+                "search every sentence to its maximum length; auto: bound with the torch engine, beam with "
+                "CTranslate2 (the one it has)",
+        choices=("auto", "bound", "beam", "never"))
     target_lang_tag: Optional[str] = option(None, "a target-language token (e.g. >>fra<<) put before every raw "
                                                   "source sentence: multilingual Marian (OPUS-MT) models "
                                                   "[default: the model folder's]", metavar="TAG")
@@ -84,6 +93,13 @@ class GenerationConfig:
                                            "packed once (a ReLU fused into its product) and each step's attention "
                                            "as two batched products (generation/cpu.py; checked against F.linear "
                                            "on a probe at start, torch's kernels where it does not hold)")
+
+    def for_engine(self, engine: str) -> "GenerationConfig":
+        """This config with each ``auto`` replaced by the engine's own rule (:data:`ENGINE_RULES`): what a search
+        runs under. The defaults are thus a search each engine has, and a value named explicitly is kept (and
+        refused by name where the engine lacks it)."""
+        chosen = {name: rule for name, rule in ENGINE_RULES[engine].items() if getattr(self, name) == "auto"}
+        return dataclasses.replace(self, **chosen) if chosen else self
 
     def validate(self) -> None:
         check_ranges(self)

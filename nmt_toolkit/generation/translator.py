@@ -127,6 +127,7 @@ class Translator:
 
         if not gen.path:
             raise UsageError("--path is required (a checkpoint, or several separated by ':')")
+        gen = gen.for_engine(engine.name)
         codec = task.subword("target")  # a model folder may hold one subword model per side
         detokenizer = Detokenizer(codec, task.bpe_symbol() if codec is None else None)
         if engine.name == "ctranslate2":
@@ -156,6 +157,7 @@ class Translator:
         values = {**dataclasses.asdict(self.gen), **options}
         gen = from_dict(GenerationConfig, values, what="Translator options")
         gen.validate()
+        gen = gen.for_engine(self.engine.name)
         if self.models is None:  # CTranslate2 reads its options at each call: share the loaded model
             generator = copy.copy(self.generator)
             generator._tmp, generator.gen = None, gen  # the original keeps (and removes) its export folder

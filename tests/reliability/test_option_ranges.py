@@ -182,7 +182,7 @@ def test_a_config_file_value_outside_the_range_names_the_file_and_key(world, pro
 
 
 @pytest.mark.parametrize("prog, flag, key, choices", [
-    ("nmt-generate", "--early-stop", "early_stop", "bound, beam, never"),
+    ("nmt-generate", "--early-stop", "early_stop", "auto, bound, beam, never"),
     ("nmt-train", "--activation-fn", "activation_fn", "relu, gelu, silu"),
 ])
 def test_an_unknown_choice_is_one_error_line_whether_flag_config_file_or_code(world, prog, flag, key, choices):

@@ -134,7 +134,7 @@ def test_the_openapi_document_lists_every_request_option_with_its_range(client):
     properties = schema["application/json"]["schema"]["properties"]
     assert set(REQUEST_OPTIONS) <= set(properties)
     assert "[-5, 5]" in properties["lenpen"]["description"]
-    assert "one of bound, beam, never" in properties["early_stop"]["description"]
+    assert "one of auto, bound, beam, never" in properties["early_stop"]["description"]
 
 
 def test_no_repeat_ngram_size_1_translates_with_finite_scores(client):

@@ -59,7 +59,7 @@ def test_wrong_arguments_are_one_clear_error_at_the_call(translator, trained_tra
         (lambda: Translator.load(str(trained_translation.first), seed=-1), NmtError, "seed -1: must be"),
         (lambda: Translator.load(str(trained_translation.first), data=str(trained_translation.data),
                                  early_stop="bogus"), NmtError,
-         "^Translator: early_stop bogus: must be one of bound, beam, never$"),
+         "^Translator: early_stop bogus: must be one of auto, bound, beam, never$"),
         (lambda: translator.translate([1, 2]), TypeError, "^Translator input sentence 1: expected a str, got int$"),
         (lambda: translator.translate(["A dog.", "\ud800"]), DataError,
          r"^Translator input sentence 2: not valid Unicode text \(a lone surrogate '\\ud800' at character 0\)$"),
@@ -120,9 +120,9 @@ def test_the_values_that_failed_late_are_refused_up_front(translator, options):
 
 def test_choices_are_enforced_for_yaml_and_dicts_as_for_flags():
     groups = [config.Group("generation", GenerationConfig)]
-    with pytest.raises(UsageError, match=r"^--config g\.yaml: early_stop bogus: must be one of bound, beam, never$"):
+    with pytest.raises(UsageError, match=r"^--config g\.yaml: early_stop bogus: must be one of auto, bound, beam, never$"):
         config.resolve(groups, {}, set(), {"early_stop": "bogus"}, "g.yaml")
-    with pytest.raises(NmtError, match="^ck: lenpen_style x{40}… \\(500 characters\\): must be one of gnmt, fairseq$"):
+    with pytest.raises(NmtError, match="^ck: lenpen_style x{40}… \\(500 characters\\): must be one of auto, gnmt, fairseq$"):
         config.from_dict(GenerationConfig, {"lenpen_style": "x" * 500}, what="ck")
     with pytest.raises(UsageError, match="^--static-search sometimes: must be one of auto, on, off$"):
         config.check_ranges(GenerationConfig(static_search="sometimes"))
