@@ -46,5 +46,8 @@ def _check_export_record(record: dict, path: str) -> None:
     languages = record.get("languages")
     if languages is not None and (not isinstance(languages, list) or not all(map(is_language_code, languages))):
         wrong("languages", "null or a list of language codes")
+    tag = record.get("target_lang_tag")
+    if tag is not None and (not isinstance(tag, str) or not tag):
+        wrong("target_lang_tag", "null or a symbol of the source dictionary")
     if record.get("task") is not None and not isinstance(record["task"], dict):
         wrong("task", "null or an object")

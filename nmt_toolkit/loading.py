@@ -107,20 +107,22 @@ def model_task(cfg, opened: OpenedModel, direction: str = "named", task: Optiona
 
     if task is not None and task != opened.task_name:
         raise UsageError(f"--task {task}: {opened.path} was trained with --task {opened.task_name}")
-    folder = opened.folder if opened.folder is not None and cfg.data and _same_path(cfg.data, opened.path) else None
+    here = bool(cfg.data) and _same_path(cfg.data, opened.path)  # the model is its own data folder
+    folder = opened.folder if here else None
     recorded = opened.task_options()
     if recorded is None:
-        return TranslationTask.setup_task(cfg, folder)
+        return TranslationTask.setup_task(cfg, folder, export=opened.export if here else None)
     from nmt_toolkit.tasks.multilingual import MultilingualTranslationTask
 
     options = _multilingual_options(cfg, recorded, opened.path)
+    export = opened.export if here else None
     if direction == "none":
-        return MultilingualTranslationTask.setup_task(options, folder)
+        return MultilingualTranslationTask.setup_task(options, folder, export)
     pairs = options.lang_pairs
     if direction == "any" and pairs and not (options.source_lang and options.target_lang):
         source, target = pairs.split(",")[0].split("-")  # else the task's own error names what is missing
         options.source_lang, options.target_lang = options.source_lang or source, options.target_lang or target
-    return MultilingualTranslationTask.setup_decoding(options, folder)
+    return MultilingualTranslationTask.setup_decoding(options, folder, export)
 
 
 def _multilingual_options(cfg, recorded: dict, path: str):

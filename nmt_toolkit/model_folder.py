@@ -82,21 +82,21 @@ def is_model_folder(path: str) -> bool:
 
 
 def data_folder_of(path: Optional[str]) -> Optional[str]:
-    """The model folder that serves as the data-bin of ``--path`` when no data-bin is given (a folder, or an
-    ensemble ``a:b`` whose first member is one: the others are checked against its dictionaries); None for no
+    """The folder that serves as the data-bin of ``--path`` when no data-bin is given: a model folder (or an
+    ensemble ``a:b`` whose first member is one: the others are checked against its dictionaries) or a folder
+    ``nmt-export --format ctranslate2`` wrote, both holding their dictionaries and subword models; None for no
     path. Any other path needs a data-bin, and the error says why: it does not exist, it is a folder that is
-    no model folder, or it is a checkpoint file or a CTranslate2 export, which hold no dictionaries of ours."""
+    neither, or it is a checkpoint file, which holds no dictionaries of ours."""
     first = (path or "").split(":")[0]
-    if not first or is_model_folder(first):
+    if not first or is_model_folder(first) or os.path.isfile(os.path.join(first, "nmt_export.json")):
         return first or None
     if not os.path.exists(first):
         raise DataError(f"{first}: no such checkpoint or model folder")
-    if os.path.isdir(first) and not os.path.isfile(os.path.join(first, "nmt_export.json")):
+    if os.path.isdir(first):
         raise DataError(f"{first}: a folder without {MANIFEST}, so not a model folder (nmt-export --format folder "
                         f"writes one; a checkpoint is a file, decoded with its data-bin)")
-    kind = "a CTranslate2 export" if os.path.isdir(first) else "a checkpoint file"
-    raise UsageError(f"{first}: {kind} holds no dictionaries; give the data-bin it was trained on (positional "
-                     f"DATA, or Translator.load(path, data=...)), or a model folder")
+    raise UsageError(f"{first}: a checkpoint file holds no dictionaries; give the data-bin it was trained on "
+                     f"(positional DATA, or Translator.load(path, data=...)), or a model folder")
 
 
 def scheme_of_codec(kind: Optional[str]) -> str:

@@ -106,7 +106,8 @@ def _run(monkeypatch, prog: str, args: list, stdin: str = "") -> Reads:
     return reads
 
 
-@pytest.mark.parametrize("case", ["checkpoint", "ensemble", "folder", "ct2 export", "checkpoint in ct2"])
+@pytest.mark.parametrize("case", ["checkpoint", "ensemble", "folder", "ct2 export", "ct2 export alone",
+                                  "checkpoint in ct2"])
 def test_nmt_generate_reads_each_model_file_once(models, case, monkeypatch):
     m = models
     args, expected = {
@@ -116,6 +117,7 @@ def test_nmt_generate_reads_each_model_file_once(models, case, monkeypatch):
         "folder": (["--path", m["folder"], "--input", m["lines"]], _folder(m["folder"])),
         "ct2 export": ([m["data"], "--path", m["ct2"], "--engine", "ctranslate2", "--lenpen-style", "fairseq",
                         "--early-stop", "beam"], _export(m["ct2"])),
+        "ct2 export alone": (["--path", m["ct2"], "--input", m["lines"], "--engine", "ctranslate2"], _export(m["ct2"])),
         "checkpoint in ct2": ([m["data"], "--path", m["first"], "--engine", "ctranslate2", "--lenpen-style",
                                "fairseq", "--early-stop", "beam"], _checkpoint(m["first"])),
     }[case]

@@ -175,6 +175,7 @@ def export(checkpoint, task, output_dir, quantization: str = "none", overwrite: 
               "quantization": quantization, "checkpoint": os.path.abspath(checkpoint),
               "source_lang": task.cfg.source_lang, "target_lang": task.cfg.target_lang,
               "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
+              "target_lang_tag": task.default_target_lang_tag(),
               "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
               "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
     if multilingual:

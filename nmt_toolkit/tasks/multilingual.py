@@ -41,7 +41,9 @@ from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, multilingual_task_options, read_model_folder
 from nmt_toolkit.registry import register_task
-from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask, read_preprocess_json
+from nmt_toolkit.export_record import EXPORT_JSON, read_export
+from nmt_toolkit.tasks.translation import (TranslationConfig, TranslationTask, export_data_record, is_export_folder,
+                                           read_preprocess_json)
 
 logger = logging.getLogger(__name__)
 
@@ -146,13 +148,15 @@ class MultilingualTranslationTask(TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg: MultilingualConfig, model_folder: Optional[ModelFolder] = None,
-                   **kwargs) -> "MultilingualTranslationTask":
-        """The task of the data-bin ``cfg.data``, or of the model folder there (``model_folder``: that folder
-        read already)."""
+                   export: Optional[dict] = None, **kwargs) -> "MultilingualTranslationTask":
+        """The task of the data-bin ``cfg.data``, or of the model folder or CTranslate2 export there
+        (``model_folder``, ``export``: what was read of it already)."""
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
         if is_model_folder(cfg.data):
             return cls.from_model_folder(cfg, model_folder or read_model_folder(cfg.data))
+        if export is not None or is_export_folder(cfg.data):
+            return cls.from_export(cfg, export or read_export(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess --lang-pairs first)")
         record = read_preprocess_json(cfg.data)
@@ -197,11 +201,30 @@ class MultilingualTranslationTask(TranslationTask):
         return task
 
     @classmethod
-    def setup_decoding(cls, cfg: MultilingualConfig,
-                       model_folder: Optional[ModelFolder] = None) -> "MultilingualTranslationTask":
+    def from_export(cls, cfg: MultilingualConfig, record: dict) -> "MultilingualTranslationTask":
+        """The task of a multilingual CTranslate2 export: its joint dictionary (language tokens included),
+        languages, directions, tag options and subword model, as ``nmt_export.json`` records them."""
+        if not isinstance(record.get("task"), dict) or not record.get("languages"):
+            raise UsageError(f"{cfg.data}: a bilingual CTranslate2 export ({record.get('source_lang')}→"
+                             f"{record.get('target_lang')}), not a multilingual one")
+        for key, value in record["task"].items():
+            setattr(cfg, key, value)
+        dictionary = cls.load_dictionary(os.path.join(cfg.data, record["dictionaries"]["source"]))
+        missing = [language_token(lang, cfg.lang_tok_style) for lang in record["languages"]
+                   if language_token(lang, cfg.lang_tok_style) not in dictionary]
+        if missing:
+            raise DataError(f"{os.path.join(cfg.data, record['dictionaries']['source'])}: lacks the language tokens "
+                            f"{' '.join(missing)} of the languages {EXPORT_JSON} lists")
+        task = cls(cfg, dictionary, parse_lang_pairs(cfg.lang_pairs), list(record["languages"]))
+        task._record = export_data_record(record)
+        return task
+
+    @classmethod
+    def setup_decoding(cls, cfg: MultilingualConfig, model_folder: Optional[ModelFolder] = None,
+                       export: Optional[dict] = None) -> "MultilingualTranslationTask":
         """The task set up to translate ``cfg.source_lang`` → ``cfg.target_lang``: any two languages that have
         a token, the directions trained or not (zero-shot); an unknown one is one line naming the known."""
-        task = cls.setup_task(cfg, model_folder)
+        task = cls.setup_task(cfg, model_folder, export)
         known = ", ".join(task.langs)
         if not cfg.source_lang or not cfg.target_lang:  # an imported many-to-many model lists every direction
             trained = cfg.lang_pairs if len(task.pairs) <= 12 else f"{len(task.pairs)} directions"

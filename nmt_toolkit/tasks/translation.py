@@ -37,6 +37,7 @@ from nmt_toolkit.data.json_files import read_json
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.export_record import EXPORT_JSON, read_export
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, read_model_folder
 from nmt_toolkit.registry import register_task
 
@@ -74,6 +75,17 @@ def read_preprocess_json(data: str) -> dict:
     record = read_json(path, "the data-bin's record")
     check_record(path, record)
     return record
+
+
+def is_export_folder(path: str) -> bool:
+    """A folder ``nmt-export --format ctranslate2`` wrote (it holds ``nmt_export.json``)."""
+    return os.path.isfile(os.path.join(path, EXPORT_JSON))
+
+
+def export_data_record(record: dict) -> dict:
+    """What a CTranslate2 export records of the data it was made from, shaped as ``preprocess.json`` (the
+    subword model, whose file sits in the folder, and the target-language tag)."""
+    return {key: record[key] for key in ("subword", "target_lang_tag") if record.get(key) is not None}
 
 
 def infer_language_pair(data: str) -> tuple[str, str]:
@@ -115,13 +127,15 @@ class TranslationTask:
     # ------------------------------------------------------------------ setup
     @classmethod
     def setup_task(cls, cfg: TranslationConfig, model_folder: Optional[ModelFolder] = None,
-                   **kwargs) -> "TranslationTask":
-        """The task of the data-bin ``cfg.data``, or of the model folder there (``model_folder``: that folder
-        read already, so that it is not read twice)."""
+                   export: Optional[dict] = None, **kwargs) -> "TranslationTask":
+        """The task of the data-bin ``cfg.data``, or of the model folder or CTranslate2 export there
+        (``model_folder``, ``export``: what was read of it already, so that it is not read twice)."""
         if not cfg.data:
             raise UsageError("the data-bin folder (positional DATA) is required")
         if is_model_folder(cfg.data):
             return cls.from_model_folder(cfg, model_folder or read_model_folder(cfg.data))
+        if export is not None or is_export_folder(cfg.data):
+            return cls.from_export(cfg, export or read_export(cfg.data))
         if not os.path.isdir(cfg.data):
             raise DataError(f"{cfg.data}: no such data folder (run nmt-preprocess first)")
         for flag, lang in (("--source-lang", cfg.source_lang), ("--target-lang", cfg.target_lang)):
@@ -158,6 +172,28 @@ class TranslationTask:
         task.model_folder = folder
         if folder.codec_kind:
             task._record = {"subword": {"type": folder.codec_kind, "model": folder.subword_paths["source"]}}
+        return task
+
+    @classmethod
+    def from_export(cls, cfg: TranslationConfig, record: dict) -> "TranslationTask":
+        """The task of a folder ``nmt-export --format ctranslate2`` wrote: the dictionaries, languages, subword
+        model and language tag it holds beside the model (``nmt_export.json``); no splits to load."""
+        if record.get("task") is not None:
+            raise UsageError(f"{cfg.data}: a multilingual CTranslate2 export ({', '.join(record.get('languages') or [])}),"
+                             f" decoded with --task translation_multi_simple_epoch")
+        for flag, given, own in (("--source-lang", cfg.source_lang, record.get("source_lang")),
+                                 ("--target-lang", cfg.target_lang, record.get("target_lang"))):
+            if given and given != own:
+                raise UsageError(f"{flag} {given}: the export {cfg.data} translates {record.get('source_lang')}→"
+                                 f"{record.get('target_lang')}")
+        cfg.source_lang, cfg.target_lang = record.get("source_lang"), record.get("target_lang")
+        names = record["dictionaries"]
+        task = cls(cfg, *(cls.load_dictionary(os.path.join(cfg.data, names[side])) for side in ("source", "target")))
+        task._record = export_data_record(record)
+        tag = task._record.get("target_lang_tag")
+        if tag is not None:
+            check_language_tag(tag, task.src_dict.symbols, f"{os.path.join(cfg.data, EXPORT_JSON)}: target_lang_tag",
+                               owner=os.path.join(cfg.data, names["source"]))
         return task
 
     @staticmethod
