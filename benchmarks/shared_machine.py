@@ -27,27 +27,9 @@ import subprocess
 import sys
 import time
 
+from decode_run import code_revision, cpu_name  # this folder's scripts share the machine's facts
+
 BUSY = "while True: pass"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def code_revision() -> str:
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def timed(command: list[str]) -> tuple[float, float, str]:

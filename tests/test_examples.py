@@ -9,9 +9,11 @@ quickstart (the README's main job, BLEU >= 90) runs when ``NMT_TOOLKIT_FULL_EXAM
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -392,3 +394,51 @@ def test_multilingual_ci_recipe(tmp_path, data_dir):
         src, tgt = pair.split("-")
         assert re.search(rf"\[{src}\] dictionary: \d+ types; \[{tgt}\] dictionary", log), log[:2000]
         assert "done training: reached --max-update 2; 2 updates" in log, log[-2000:]
+
+
+@pytest.mark.slow
+def test_distill_ci_recipe(tmp_path, data_dir):
+    """examples/distill/run.sh --ci end to end. The forward translation, made shard by shard, is the teacher's
+    own translation of the training sources in corpus order (one unsharded nmt-generate of the same teacher);
+    the student's data-bin holds it as targets; distill.jsonl has teacher and student in both engines, each BLEU
+    sacreBLEU's on the hypotheses the evaluation kept. Killed after a shard, the recipe redoes only what is
+    missing; a missing TEACHER is one line."""
+    import sacrebleu
+
+    work, env = tmp_path / "distill", {"MULTI30K": str(data_dir / "multi30k"), "RUNS": "1", **ONE_THREAD}
+    _bash(EXAMPLES / "distill" / "run.sh", "--ci", work, env=env)
+    forward = (work / "forward" / "train.de").read_text().splitlines()
+    whole = _run(["nmt-generate", str(work / "bin"), "--path", str(work / "teacher" / "checkpoint_last.pt"),
+                  "--gen-subset", "train", "--beam", "2", "--lenpen", "0.6", "--batch-size", "64", "--max-len-a",
+                  "1.2", "--max-len-b", "10"], cwd=tmp_path, env_extra=ONE_THREAD).stdout
+    rows = dict(line[2:].split("\t", 2)[::2] for line in whole.splitlines() if line.startswith("D-"))
+    assert len(forward) == 400 and forward == [rows[str(i)] for i in range(400)]
+    assert json.loads((work / "student-bin" / "preprocess.json").read_text())["splits"]["train"]["sentences"] == 400
+    refs = (data_dir / "multi30k" / "test_2016_flickr.de").read_text().splitlines()[:50]
+    lines = [json.loads(x) for x in (work / "distill.jsonl").read_text().splitlines()]
+    assert [(x["role"], x["engine"], x["precision"]) for x in lines] == [
+        ("teacher", "torch", "float32"), ("student", "torch", "float32"),
+        ("teacher", "ctranslate2", "int8"), ("student", "ctranslate2", "int8")]
+    for x in lines:
+        out = (work / "evaluation" / f"{x['role']}.{x['engine']}.0.out").read_text()
+        hyps = [text for _, text in sorted((int(k), t) for k, _, t in
+                                           (line[2:].split("\t", 2) for line in out.splitlines() if line.startswith("D-")))]
+        assert len(hyps) == 50 and x["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        assert x["words_per_s_per_core"] > 0 and x["peak_mib"] > 0 and x["cpu"] and x["date"] and x["code"]
+
+    # a run killed while translating shard 1: that shard and what follows it are done again, nothing else
+    for stale in ("forward/shard1.txt", "forward/train.de", "distill.jsonl"):
+        (work / stale).unlink()
+    for stale in ("student-bin", "student", "export"):
+        shutil.rmtree(work / stale)
+    again = _bash(EXAMPLES / "distill" / "run.sh", "--ci", work, env=env)
+    assert re.findall(r"forward translation: shard (\d)", again.stderr) == ["1"]
+    assert "nmt-train" in again.stderr and f"{work}/teacher" not in again.stderr  # the teacher is kept
+    assert (work / "forward" / "train.de").read_text().splitlines() == forward
+
+    proc = subprocess.run(["bash", str(EXAMPLES / "distill" / "run.sh"), "--ci", str(tmp_path / "other")],
+                          env={**os.environ, **env, "TEACHER": str(tmp_path / "missing.pt")}, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"run.sh: TEACHER={tmp_path / 'missing.pt'}: no such checkpoint file"]
+    assert not (tmp_path / "other").exists()

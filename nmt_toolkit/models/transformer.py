@@ -392,3 +392,14 @@ def transformer_tiny(cfg: TransformerConfig) -> None:
     cfg.encoder_layers = cfg.decoder_layers = 2
     cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 128, 512, 4
     cfg.dropout = 0.1
+
+
+@register_architecture("transformer", "transformer_student")
+def transformer_student(cfg: TransformerConfig) -> None:
+    """A student for sequence-level knowledge distillation (Kim & Rush, 2016): a deep encoder and a shallow
+    decoder (6 + 1 layers, d_model=256, d_ff=1024, h=4). The encoder runs once per sentence, the decoder once
+    per output token and beam, so the decoder's depth sets the decoding speed (Kasai et al., 2021, "Deep
+    Encoder, Shallow Decoder")."""
+    cfg.encoder_layers, cfg.decoder_layers = 6, 1
+    cfg.embed_dim, cfg.ffn_embed_dim, cfg.attention_heads = 256, 1024, 4
+    cfg.dropout = 0.1
