@@ -80,3 +80,17 @@ def test_a_multilingual_export_needs_no_data_bin(multilingual, target, capsys):
     alone = _printed(capsys, generate, common)
     assert alone == _printed(capsys, generate, [str(model.data), *common])
     assert alone.count("\nH-") + alone.startswith("H-") == 10
+
+
+def test_options_asked_later_are_refused_as_at_load(bilingual):
+    """with_options (what a server's request goes through) refuses a rule CTranslate2 lacks, as loading does:
+    it was taken and then searched under CTranslate2's own rule instead."""
+    from nmt_toolkit.errors import UsageError
+
+    _, ct2, lines = bilingual
+    translator = Translator.load(str(ct2), engine="ctranslate2", device="cpu")
+    for options, named in (({"lenpen_style": "gnmt"}, "--lenpen-style gnmt"), ({"early_stop": "never"},
+                                                                                "--early-stop never")):
+        with pytest.raises(UsageError, match=f"^--engine ctranslate2 has no {named} "):
+            translator.with_options(**options)
+    assert translator.with_options(beam=2).translate(lines.read_text().splitlines()[:2])

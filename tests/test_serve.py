@@ -267,3 +267,29 @@ def test_several_pairs_each_from_its_own_model(trained_translation, translator, 
         assert unnamed.status_code == 400 and "several pairs" in unnamed.json()["error"]
     finally:
         assert process.terminate() == 0
+
+
+@pytest.mark.slow
+def test_a_ctranslate2_export_is_served_without_a_data_bin_or_search_flags(trained_translation, tmp_path):
+    """nmt-serve --path EXPORT --engine ctranslate2 alone (it refused its own default search rules, and an
+    export without its data-bin) answers as the Translator on the same export; a request naming a rule
+    CTranslate2 lacks is one 400 JSON line, and the next request is answered."""
+    pytest.importorskip("ctranslate2")
+    from libretranslatepy import LibreTranslateAPI
+
+    from nmt_toolkit.cli.export import run as export
+
+    t = trained_translation
+    ct2 = tmp_path / "ct2"
+    assert export([str(t.data), "--path", str(t.first), "--format", "ctranslate2", "--output-dir", str(ct2)]) == 0
+    expected = Translator.load(str(ct2), engine="ctranslate2", device="cpu")
+    process = ServerProcess(None, ct2, "--engine", "ctranslate2")
+    try:
+        sources = _sources(t)[:6]
+        client = LibreTranslateAPI(process.url)
+        assert [client.translate(s, "en", "de") for s in sources] == [r.text for r in expected.translate(sources)]
+        refused = post_json(process.url + "/v1/translate", {"sentences": sources[:1], "lenpen_style": "gnmt"})
+        assert refused.status_code == 400 and "lenpen_style gnmt" in refused.json()["error"]
+        assert post_json(process.url + "/v1/translate", {"sentences": sources[:1]}).status_code == 200
+    finally:
+        assert process.terminate() == 0

@@ -159,6 +159,7 @@ class Translator:
         gen.validate()
         gen = gen.for_engine(self.engine.name)
         if self.models is None:  # CTranslate2 reads its options at each call: share the loaded model
+            _refuse_what_ctranslate2_lacks(gen, self.engine)
             generator = copy.copy(self.generator)
             generator._tmp, generator.gen = None, gen  # the original keeps (and removes) its export folder
         else:
@@ -477,16 +478,23 @@ def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
     return generator
 
 
+def _refuse_what_ctranslate2_lacks(gen: GenerationConfig, engine: Engine, need_attn: bool = False) -> None:
+    """One line naming every option of ``gen`` the CTranslate2 engine cannot honour, at load and for the
+    options a request or ``with_options`` asks for alike."""
+    from nmt_toolkit.generation.ct2_engine import unsupported_options
+
+    lacking = unsupported_options(gen, need_attn, (f"--{engine.precision}",) if engine.precision else ())
+    if lacking:
+        raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
+
+
 def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True,
                            opened=None):
     """The CTranslate2 engine (``generation/ct2_engine.py``), after refusing what it lacks."""
-    from nmt_toolkit.generation.ct2_engine import CTranslate2Generator, unsupported_options
+    from nmt_toolkit.generation.ct2_engine import CTranslate2Generator
     from nmt_toolkit.loading import open_model
 
-    extra = (f"--{engine.precision}",) if engine.precision else ()
-    lacking = unsupported_options(gen, need_attn, extra)
-    if lacking:
-        raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
+    _refuse_what_ctranslate2_lacks(gen, engine, need_attn)
     model = opened if opened is not None else open_model(gen.path)
     generator = CTranslate2Generator(model, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
                                      scores=scores)
