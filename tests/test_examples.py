@@ -436,6 +436,19 @@ def test_distill_ci_recipe(tmp_path, data_dir):
     assert "nmt-train" in again.stderr and f"{work}/teacher" not in again.stderr  # the teacher is kept
     assert (work / "forward" / "train.de").read_text().splitlines() == forward
 
+    # a run killed while training the student, after its save at update 6: the training resumes there
+    student = work / "student"
+    last = sorted(student.glob("checkpoint_*_6.pt"))
+    assert len(last) == 1, sorted(p.name for p in student.iterdir())
+    shutil.copyfile(last[0], student / "checkpoint_last.pt")
+    for stale in (".done", "averaged.pt"):
+        (student / stale).unlink()
+    shutil.rmtree(work / "export" / "student.folder")
+    _bash(EXAMPLES / "distill" / "run.sh", "--ci", work, env=env)
+    log = (student / "train.log").read_text()
+    assert re.search(r"resumed from \S*checkpoint_last\.pt at update 6\b", log), log[-3000:]
+    assert (student / "averaged.pt").exists() and (work / "export" / "student.folder" / "manifest.json").exists()
+
     proc = subprocess.run(["bash", str(EXAMPLES / "distill" / "run.sh"), "--ci", str(tmp_path / "other")],
                           env={**os.environ, **env, "TEACHER": str(tmp_path / "missing.pt")}, capture_output=True,
                           text=True)
