@@ -14,6 +14,11 @@ from nmt_toolkit.errors import DataError
 EXPORT_JSON = "nmt_export.json"
 
 
+def is_export_folder(path: str) -> bool:
+    """A folder ``nmt-export --format ctranslate2`` wrote (it holds ``nmt_export.json``)."""
+    return bool(path) and os.path.isfile(os.path.join(path, EXPORT_JSON))
+
+
 def read_export(folder: str) -> Optional[dict]:
     """The ``nmt_export.json`` record of an exported folder, or None when ``folder`` is not one. CTranslate2
     and we read the folder's files, so one that is a link leading out of the folder is refused; so is a

@@ -41,6 +41,7 @@ from nmt_toolkit.data.folder_files import member
 from nmt_toolkit.data.json_files import read_json_object
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag, is_language_code
 from nmt_toolkit.errors import DataError, UsageError, check_format_version
+from nmt_toolkit.export_record import is_export_folder
 from nmt_toolkit.outputs import OutputKind, as_output
 
 FORMAT = "nmt_toolkit-model-folder"
@@ -88,7 +89,7 @@ def data_folder_of(path: Optional[str]) -> Optional[str]:
     path. Any other path needs a data-bin, and the error says why: it does not exist, it is a folder that is
     neither, or it is a checkpoint file, which holds no dictionaries of ours."""
     first = (path or "").split(":")[0]
-    if not first or is_model_folder(first) or os.path.isfile(os.path.join(first, "nmt_export.json")):
+    if not first or is_model_folder(first) or is_export_folder(first):
         return first or None
     if not os.path.exists(first):
         raise DataError(f"{first}: no such checkpoint or model folder")

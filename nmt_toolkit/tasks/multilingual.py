@@ -41,9 +41,8 @@ from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, multilingual_task_options, read_model_folder
 from nmt_toolkit.registry import register_task
-from nmt_toolkit.export_record import EXPORT_JSON, read_export
-from nmt_toolkit.tasks.translation import (TranslationConfig, TranslationTask, export_data_record, is_export_folder,
-                                           read_preprocess_json)
+from nmt_toolkit.export_record import EXPORT_JSON, is_export_folder, read_export
+from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask, export_data_record, read_preprocess_json
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from nmt_toolkit.data.json_files import read_json
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
 from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.export_record import EXPORT_JSON, read_export
+from nmt_toolkit.export_record import EXPORT_JSON, is_export_folder, read_export
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, read_model_folder
 from nmt_toolkit.registry import register_task
 
@@ -75,11 +75,6 @@ def read_preprocess_json(data: str) -> dict:
     record = read_json(path, "the data-bin's record")
     check_record(path, record)
     return record
-
-
-def is_export_folder(path: str) -> bool:
-    """A folder ``nmt-export --format ctranslate2`` wrote (it holds ``nmt_export.json``)."""
-    return os.path.isfile(os.path.join(path, EXPORT_JSON))
 
 
 def export_data_record(record: dict) -> dict:
