@@ -28,10 +28,10 @@ def setup_logging(debug: bool = False) -> None:
 
 
 def load_plugins(argv: Sequence[str]) -> None:
-    """Import built-ins, installed entry-point plugins and any ``--user-dir`` before options are built."""
+    """Import installed entry-point plugins and any ``--user-dir`` before options are built (the built-in
+    components are imported by their registries, each when first asked)."""
     from nmt_toolkit import registry
 
-    registry.import_builtin_components()
     registry.load_entry_point_plugins()
     import_user_dir_of(argv)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator, task_groups
+from nmt_toolkit.cli.generate_output import open_output
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
@@ -33,6 +34,9 @@ class GenerateIOConfig(DecodeDeviceConfig):
     results_path: Optional[str] = option(None, "write the lines to FOLDER/generate-<subset>.txt instead of stdout",
                                          metavar="FOLDER", output="folder")
     quiet: bool = option(False, "print only the final score line")
+    plain: bool = option(False, "print only the detokenized best translation, one line per sentence in input "
+                                "order (no S-/H-/D-/P- lines; no per-token scores are computed; the BLEU line "
+                                "goes to the log)")
     num_shards: int = option(1, "decode only every N-th batch (with --shard-id): one process per shard, e.g. per GPU; "
                                 "under torchrun the ranks are the shards. Merge: cat the outputs, grep ^D- | sort -V",
                              low=1)
@@ -108,45 +112,36 @@ def _dataset(io: GenerateIOConfig, translator):
     return dataset, raw_sources, subset, (_WithoutFillers(itr) if io.num_shards > 1 else itr)
 
 
-def _output(io: GenerateIOConfig, subset: str) -> "_Output":
-    if not io.results_path:
-        return _Output(sys.stdout, "stdout")
-    from nmt_toolkit.outputs import ReplacingFile
+def text_route(configs: dict) -> Optional[dict]:
+    """The export's record when this run is raw text through a CTranslate2 export of one language pair on
+    the CPU, which :mod:`nmt_toolkit.cli.generate_text` decodes without loading torch; else None (the
+    Translator's route: a data-bin, a checkpoint, a multilingual export, shards, a GPU …)."""
+    from nmt_toolkit.export_record import read_export
 
-    name = f"generate-{subset}.txt" if io.num_shards == 1 else \
-        f"generate-{subset}.shard{io.shard_id}-of-{io.num_shards}.txt"
-    path = os.path.join(io.results_path, name)
-    return _Output(ReplacingFile(path), f"--results-path {path}")  # an earlier file is kept on error
+    gen, io, task_cfg = configs["generation"], configs["io"], configs["task"]
+    named_task = configs["components"].task if "components" in configs else None
+    if io.engine != "ctranslate2" or not io.input or not gen.path or ":" in gen.path or task_cfg.data:
+        return None
+    if io.num_shards > 1 or io.attention_plot or io.fp16 or io.bf16 or io.device == "cuda" or \
+            gen.prefix_size or gen.score_reference or named_task not in (None, "translation"):
+        return None
+    record = read_export(gen.path)
+    if record is None or record.get("task") is not None or not _on_the_cpu(io):
+        return None
+    for given, own in ((task_cfg.source_lang, record.get("source_lang")), (task_cfg.target_lang,
+                                                                           record.get("target_lang"))):
+        if given is not None and given != own:
+            return None  # the Translator's route says what the export translates
+    return record
 
 
-class _Output:
-    """Where the lines go. A failed write (a full disk) is one error naming the place, and a results file
-    is discarded then, never left half-written beside the earlier one."""
+def _on_the_cpu(io: GenerateIOConfig) -> bool:
+    """Whether this run decodes on the CPU: --cpu, --device cpu, or no GPU CTranslate2 can use."""
+    if io.cpu or io.device == "cpu":
+        return True
+    from nmt_toolkit.export.ctranslate2 import require_ctranslate2
 
-    def __init__(self, handle, name: str):
-        self.handle, self.name = handle, name
-
-    def _do(self, method: str, *args):
-        try:
-            return getattr(self.handle, method)(*args)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            self.discard()
-            raise DataError(f"{self.name}: writing failed: {exc.strerror or exc}") from None
-
-    def discard(self) -> None:
-        if hasattr(self.handle, "discard"):
-            self.handle.discard()
-
-    def write(self, text: str) -> int:
-        return self._do("write", text)
-
-    def flush(self) -> None:
-        self._do("flush")
-
-    def close(self) -> None:
-        self._do("flush" if self.handle is sys.stdout else "close")
+    return require_ctranslate2(specs=False).get_cuda_device_count() == 0
 
 
 class _Collected:
@@ -160,6 +155,8 @@ class _Collected:
         self.sentences = self.tokens = 0
 
     def add(self, sample: dict, results: list) -> None:
+        from nmt_toolkit.generation.output import printable
+
         task, detok = self.translator.task, self.translator.detokenize
         src_tokens = sample["net_input"]["src_tokens"]
         for i, sid in enumerate(sample["id"].tolist()):
@@ -168,6 +165,8 @@ class _Collected:
                 self.refs_by_id[sid] = ref
             best = results[i][0]["tokens"]
             self.hyps_by_id[sid] = detok(task.tgt_dict.string(best))
+            if self.io.plain:
+                lines = [printable(self.hyps_by_id[sid])]
             self.printer.add(sid, lines)
             self.sentences += 1
             self.tokens += len(best)
@@ -217,12 +216,17 @@ def generate(configs: dict) -> int:
     io: GenerateIOConfig = configs["io"]
     _check_before_setup(io)
     _check_folder_input(configs["task"], gen, io)
+    record = text_route(configs)
+    if record is not None:
+        from nmt_toolkit.cli.generate_text import generate_text
+
+        return generate_text(configs, record)
     translator = load_translator(configs, need_attn=bool(io.print_alignment or io.attention_plot),
-                                 scores=not io.quiet)
+                                 scores=not (io.quiet or io.plain))
     if io.attention_plot:
         _check_attention_plot(io, translator)
     dataset, raw_sources, subset, itr = _dataset(io, translator)
-    out = _output(io, subset)
+    out = open_output(io, subset)
     printer = OrderedPrinter(None if io.quiet else out)
     collected = _Collected(translator, io, raw_sources, printer)
     start = time.perf_counter()
@@ -257,7 +261,11 @@ def _report_bleu(io: GenerateIOConfig, gen: GenerationConfig, subset: str, hyps_
 
         ids = sorted(refs_by_id)
         res, sig = corpus_scores([hyps_by_id[i] for i in ids], [[refs_by_id[i] for i in ids]], ["bleu"])[0]
-        out.write(f"Generate {subset} with beam={gen.beam}: {res.format(2, False, sig)}\n")
+        line = f"Generate {subset} with beam={gen.beam}: {res.format(2, False, sig)}"
+        if io.plain:  # stdout holds the translations alone
+            logger.info("%s", line)
+        else:
+            out.write(line + "\n")
 
 
 class _WithoutFillers:
@@ -277,10 +285,10 @@ class _WithoutFillers:
 def _shard_from_torchrun(io: GenerateIOConfig) -> None:
     """Check --num-shards/--shard-id; under torchrun (WORLD_SIZE > 1) each rank is a shard and decodes on
     its own GPU (LOCAL_RANK), unless the shards were given explicitly."""
-    import torch
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and io.num_shards == 1:
+        import torch
+
         io.num_shards, io.shard_id = world, int(os.environ.get("RANK", "0"))
         if torch.cuda.is_available() and not io.cpu and io.device != "cpu":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -8,7 +8,7 @@ from typing import Optional
 
 from nmt_toolkit.data.folder_files import check_inside
 from nmt_toolkit.data.json_files import read_json_object
-from nmt_toolkit.data.language_codes import is_language_code
+from nmt_toolkit.data.language_codes import check_language_tag, is_language_code
 from nmt_toolkit.errors import DataError
 
 EXPORT_JSON = "nmt_export.json"
@@ -31,6 +31,24 @@ def read_export(folder: str) -> Optional[dict]:
     record = read_json_object(path, "the export record")
     _check_export_record(record, path)
     return record
+
+
+def export_dictionaries(folder: str, record: dict) -> tuple:
+    """The source and target dictionaries an export holds beside its model, its ``target_lang_tag`` (if any)
+    checked to be a language tag of the source dictionary."""
+    from nmt_toolkit.data.dictionary import Dictionary
+
+    dictionaries = []
+    for side in ("source", "target"):
+        path = os.path.join(folder, record["dictionaries"][side])
+        if not os.path.exists(path):
+            raise DataError(f"{path}: no such dictionary file")
+        dictionaries.append(Dictionary.load(path))
+    tag = record.get("target_lang_tag")
+    if tag is not None:
+        check_language_tag(tag, dictionaries[0].symbols, f"{os.path.join(folder, EXPORT_JSON)}: target_lang_tag",
+                           owner=os.path.join(folder, record["dictionaries"]["source"]))
+    return tuple(dictionaries)
 
 
 def _check_export_record(record: dict, path: str) -> None:

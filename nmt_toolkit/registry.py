@@ -44,10 +44,20 @@ class Entry:
 class Registry:
     """A named collection of components; ``flag`` is the CLI option that selects from it."""
 
-    def __init__(self, kind: str, flag: str):
+    def __init__(self, kind: str, flag: str, builtin: tuple[str, ...] = ()):
         self.kind = kind
         self.flag = flag
         self._entries: dict[str, Entry] = {}
+        #: the modules whose decorators register the built-in components of this kind, imported when the
+        #: registry is first asked (a program imports only what it selects: nmt-generate on a CTranslate2
+        #: export asks for tasks alone, and loads no model code and no torch)
+        self._builtin = builtin
+
+    def _import_builtin(self) -> None:
+        while self._builtin:
+            module, *rest = self._builtin
+            importlib.import_module(module)
+            self._builtin = tuple(rest)
 
     def register(self, name: str, config: Optional[type] = None, parent: Optional[str] = None) -> Callable:
         def decorator(obj):
@@ -68,30 +78,37 @@ class Registry:
         self._entries[entry.name] = entry
 
     def get(self, name: str) -> Entry:
+        self._import_builtin()
         try:
             return self._entries[name]
         except KeyError:
             raise UsageError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
+        self._import_builtin()
         choices = sorted(self._entries)
         close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]}?" if close else ""
         return f"unknown {self.flag} {name}{hint} (choices: {', '.join(choices) or 'none registered'})"
 
     def __contains__(self, name: str) -> bool:
+        self._import_builtin()
         return name in self._entries
 
     def names(self) -> list[str]:
+        self._import_builtin()
         return sorted(self._entries)
 
 
-MODELS = Registry("model", "--model")
-ARCHITECTURES = Registry("architecture", "--arch")
-CRITERIA = Registry("criterion", "--criterion")
-OPTIMIZERS = Registry("optimizer", "--optimizer")
-LR_SCHEDULERS = Registry("LR scheduler", "--lr-scheduler")
-TASKS = Registry("task", "--task")
+_MODEL_MODULES = ("nmt_toolkit.models.transformer",)
+MODELS = Registry("model", "--model", _MODEL_MODULES)
+ARCHITECTURES = Registry("architecture", "--arch", _MODEL_MODULES)
+CRITERIA = Registry("criterion", "--criterion", ("nmt_toolkit.criterions.cross_entropy",
+                                                 "nmt_toolkit.criterions.label_smoothed_cross_entropy"))
+OPTIMIZERS = Registry("optimizer", "--optimizer", ("nmt_toolkit.optim.optimizers",))
+LR_SCHEDULERS = Registry("LR scheduler", "--lr-scheduler", ("nmt_toolkit.optim.lr_schedulers",))
+TASKS = Registry("task", "--task", ("nmt_toolkit.tasks.translation", "nmt_toolkit.tasks.multilingual"))
+REGISTRIES = (MODELS, ARCHITECTURES, CRITERIA, OPTIMIZERS, LR_SCHEDULERS, TASKS)
 
 
 def register_model(name: str, config: type) -> Callable:
@@ -124,21 +141,10 @@ def register_task(name: str, config: Optional[type] = None) -> Callable:
     return TASKS.register(name, config)
 
 
-BUILTIN_MODULES = (
-    "nmt_toolkit.models.transformer",
-    "nmt_toolkit.criterions.cross_entropy",
-    "nmt_toolkit.criterions.label_smoothed_cross_entropy",
-    "nmt_toolkit.optim.optimizers",
-    "nmt_toolkit.optim.lr_schedulers",
-    "nmt_toolkit.tasks.translation",
-    "nmt_toolkit.tasks.multilingual",
-)
-
-
 def import_builtin_components() -> None:
-    """Import the built-in components so that their decorators register them."""
-    for name in BUILTIN_MODULES:
-        importlib.import_module(name)
+    """Import every built-in component now (each registry also does so for its own kind when first asked)."""
+    for registry in REGISTRIES:
+        registry._import_builtin()
 
 
 _imported_user_dirs: set[str] = set()

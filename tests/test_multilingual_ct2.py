@@ -112,7 +112,7 @@ def test_nmt_generate_with_the_exported_folder_and_a_checkpoint(model, exports, 
 
 def _count_calls(generator):
     calls = []
-    real = generator.translator
+    real = generator.search.translator
 
     class Counting:
         def __getattr__(self, name):
@@ -122,7 +122,7 @@ def _count_calls(generator):
             calls.append(len(sources))
             return real.translate_batch(sources, **options)
 
-    generator.translator = Counting()
+    generator.search.translator = Counting()
     return calls
 
 

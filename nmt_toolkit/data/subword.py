@@ -150,3 +150,12 @@ def codec_from_record(data_dir: str, record: Optional[dict]):
     if not os.path.isfile(path):
         raise DataError(f"{os.path.join(data_dir, 'preprocess.json')}: subword model {path} is missing")
     return load_codec(record["type"], path)
+
+
+def side_codec(data_dir: str, record: Optional[dict], role: str = "source"):
+    """The codec of one side (``role``: "source" encodes the input, "target" decodes the output) from a
+    ``subword`` record: the target side's own model where one is recorded (``target_model``), else the joint
+    one; None without a subword model."""
+    if role == "target" and record and record.get("target_model"):
+        record = {**record, "model": record["target_model"]}
+    return codec_from_record(data_dir, record)

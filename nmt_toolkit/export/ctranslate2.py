@@ -43,11 +43,13 @@ QUANTIZATIONS = ("none", "int8", "int8_float16", "int16", "float16", "bfloat16")
 MIN_SINUSOID_ROWS = 1024
 
 
-def require_ctranslate2():
-    """The ``ctranslate2`` module, or a usage error saying how to install it."""
+def require_ctranslate2(specs: bool = True):
+    """The ``ctranslate2`` module, or a usage error saying how to install it; ``specs``: with the model
+    specifications an export builds (they import torch when it is installed, which decoding does without)."""
     try:
         import ctranslate2
-        import ctranslate2.specs  # noqa: F401
+        if specs:
+            import ctranslate2.specs  # noqa: F401
     except ImportError:
         raise UsageError("CTranslate2 is not installed: pip install 'nmt_toolkit[ct2]' "
                          "(or pip install ctranslate2)") from None

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable, Iterator, TypeVar
 
-import torch
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -41,6 +39,8 @@ def decode_batches(batches: Iterable[T], translate: Callable[[T], R], workers: i
             yield batch, translate(batch)
         return
     from concurrent.futures import ThreadPoolExecutor
+
+    import torch  # here: auto_workers serves the CTranslate2 text route, which loads no torch
 
     total = torch.get_num_threads()
     per_worker = max(1, total // workers)

@@ -26,8 +26,9 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.generation.source_text import check_texts, encode_lines
 from nmt_toolkit.model_folder import data_folder_of
 
 logger = logging.getLogger("nmt_toolkit.translator")
@@ -160,8 +161,7 @@ class Translator:
         gen = gen.for_engine(self.engine.name)
         if self.models is None:  # CTranslate2 reads its options at each call: share the loaded model
             _refuse_what_ctranslate2_lacks(gen, self.engine)
-            generator = copy.copy(self.generator)
-            generator._tmp, generator.gen = None, gen  # the original keeps (and removes) its export folder
+            generator = self.generator.with_gen(gen)
         else:
             generator = _beam_search(self.models, self.task, gen, self.engine)
         return Translator(self.task, generator, self.detokenize, self.engine, gen, self.models)
@@ -187,8 +187,8 @@ class Translator:
         longer than :meth:`source_limit` is a :class:`DataError` naming it (``what`` ``unit`` number, counted
         from ``first``) and the limit: a cut line would give a wrong translation, a dropped one none. A line
         that is no ``str`` is a TypeError, one that is no valid Unicode (a lone surrogate) a DataError."""
-        _check_texts(lines, what, first, unit)
-        return encode_lines(lines, self.task, self.task.subword(), self.source_limit(budget), what, first, unit,
+        check_texts(lines, what, first, unit)
+        return encode_lines(lines, self.task.src_dict, self.task.subword(), self.source_limit(budget), what, first, unit,
                             self.target_lang_tag(), self.task.tag_source)
 
     def target_lang_tag(self) -> Optional[str]:
@@ -338,19 +338,6 @@ def _check_sentence_list(sentences: Any, method: str) -> None:
         raise TypeError(f"Translator.{method}: sentences must be a list of str, not {type(sentences).__name__}")
 
 
-def _check_texts(lines: Sequence[Any], what: str, first: int, unit: str) -> None:
-    """Each line a ``str`` that is valid Unicode (a lone surrogate such as ``"\\ud800"`` encodes to nothing)."""
-    for i, line in enumerate(lines):
-        if not isinstance(line, str):
-            raise TypeError(f"{what} {unit} {first + i}: expected a str, got {type(line).__name__}")
-        if not line.isascii():
-            try:
-                line.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise DataError(f"{what} {unit} {first + i}: not valid Unicode text (a lone surrogate "
-                                f"{line[exc.start]!r} at character {exc.start})") from None
-
-
 def _load_arguments(path: Any, data: Any, source_lang: Any, target_lang: Any, engine: Any, device: Any,
                     seed: Any) -> tuple[str, Optional[str], torch.device]:
     """:meth:`Translator.load`'s arguments checked where the caller gave them (a path as ``str``; the device
@@ -376,29 +363,6 @@ def _load_arguments(path: Any, data: Any, source_lang: Any, target_lang: Any, en
 
 
 # ---------------------------------------------------------------------- pieces shared with the programs
-
-
-def encode_lines(lines: Sequence[str], task, codec, limit: tuple[int, str], what: str = "input", first: int = 1,
-                 unit: str = "line", tag: Optional[str] = None,
-                 tag_ids: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> list[np.ndarray]:
-    """Raw lines → source id arrays (subword-encoded, unknowns → <unk>, ``tag`` first when given, then
-    ``tag_ids`` applied: a multilingual task's language token); a line longer than ``limit`` (size, what sets
-    it) is a :class:`DataError` naming it. See :meth:`Translator.encode`."""
-    size, reason = limit
-    pieces = codec.encode_pieces_batch(lines) if codec is not None else [line.split() for line in lines]
-    if tag is not None:
-        pieces = [[tag, *p] for p in pieces]
-    out = []
-    for i, p in enumerate(pieces):
-        ids = task.src_dict.encode_tokens(p)
-        if tag_ids is not None and len(ids) > 1:  # an empty line stays empty (its EOS alone)
-            ids = tag_ids(ids)
-        if len(ids) > size:
-            hint = "" if reason.startswith("the model") else f" or raise {reason}"
-            raise DataError(f"{what} {unit} {first + i}: {len(ids)} tokens (with its EOS), more than the {size} "
-                            f"of {reason}; split the {unit}{hint}")
-        out.append(ids)
-    return out
 
 
 def _with_first_column(rows: torch.Tensor, token: int) -> torch.Tensor:
@@ -481,11 +445,9 @@ def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
 def _refuse_what_ctranslate2_lacks(gen: GenerationConfig, engine: Engine, need_attn: bool = False) -> None:
     """One line naming every option of ``gen`` the CTranslate2 engine cannot honour, at load and for the
     options a request or ``with_options`` asks for alike."""
-    from nmt_toolkit.generation.ct2_engine import unsupported_options
+    from nmt_toolkit.generation.ct2_search import refuse_unsupported
 
-    lacking = unsupported_options(gen, need_attn, (f"--{engine.precision}",) if engine.precision else ())
-    if lacking:
-        raise UsageError("--engine ctranslate2 has no " + "; ".join(lacking))
+    refuse_unsupported(gen, need_attn, (f"--{engine.precision}",) if engine.precision else ())
 
 
 def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True,

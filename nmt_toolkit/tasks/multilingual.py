@@ -27,22 +27,24 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from nmt_toolkit.config import option
-from nmt_toolkit.data import corpora as corpus_mix
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.language_codes import check_language_code
 from nmt_toolkit.data.lang_pairs import languages, parse_lang_pairs
-from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, multilingual_task_options, read_model_folder
 from nmt_toolkit.registry import register_task
 from nmt_toolkit.export_record import EXPORT_JSON, is_export_folder, read_export
 from nmt_toolkit.tasks.translation import TranslationConfig, TranslationTask, export_data_record, read_preprocess_json
+
+if TYPE_CHECKING:  # the datasets import torch: a task's options and dictionaries load without it
+    from nmt_toolkit.data import corpora as corpus_mix
+    from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +294,8 @@ class MultilingualTranslationTask(TranslationTask):
         return split == self._train_split and self.cfg.sampling_method == "temperature" and len(self.pairs) > 1
 
     def load_dataset(self, split: str, epoch: int = 1, **kwargs) -> LanguagePairDataset:
+        from nmt_toolkit.data import corpora as corpus_mix
+
         if self.direction is not None:  # decoding: the direction's split, references without a tag
             dataset = self._pair_dataset(split, *self.direction, tag_target=False)
             dataset.split, dataset.epoch = split, epoch
@@ -321,6 +325,8 @@ class MultilingualTranslationTask(TranslationTask):
     def _pair_dataset(self, split: str, src: str, tgt: str, tag_target: bool = True) -> LanguagePairDataset:
         """One direction's split, its language tokens in front as the options say (the target's only with
         ``tag_target``)."""
+        from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+
         sides = []
         for lang in (src, tgt):
             prefix = os.path.join(self.cfg.data, f"{split}.{src}-{tgt}.{lang}")

@@ -22,24 +22,26 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from nmt_toolkit.config import check_ranges, option
 from nmt_toolkit.data import subword
-from nmt_toolkit.data import corpora as corpus_mix
 from nmt_toolkit.data.batching import EpochBatchIterator, batch_by_size
 from nmt_toolkit.data.data_bin import check_record, pair_record
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import MMapIndexedDataset, dataset_exists
 from nmt_toolkit.data.json_files import read_json
 from nmt_toolkit.data.language_codes import check_language_code, check_language_tag
-from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 from nmt_toolkit.errors import DataError, UsageError
-from nmt_toolkit.export_record import EXPORT_JSON, is_export_folder, read_export
+from nmt_toolkit.export_record import export_dictionaries, is_export_folder, read_export
 from nmt_toolkit.model_folder import ModelFolder, is_model_folder, read_model_folder
 from nmt_toolkit.registry import register_task
+
+if TYPE_CHECKING:  # the datasets import torch: a task's options and dictionaries load without it
+    from nmt_toolkit.data import corpora as corpus_mix
+    from nmt_toolkit.data.pair_dataset import LanguagePairDataset
 
 logger = logging.getLogger(__name__)
 
@@ -182,13 +184,8 @@ class TranslationTask:
                 raise UsageError(f"{flag} {given}: the export {cfg.data} translates {record.get('source_lang')}→"
                                  f"{record.get('target_lang')}")
         cfg.source_lang, cfg.target_lang = record.get("source_lang"), record.get("target_lang")
-        names = record["dictionaries"]
-        task = cls(cfg, *(cls.load_dictionary(os.path.join(cfg.data, names[side])) for side in ("source", "target")))
+        task = cls(cfg, *export_dictionaries(cfg.data, record))
         task._record = export_data_record(record)
-        tag = task._record.get("target_lang_tag")
-        if tag is not None:
-            check_language_tag(tag, task.src_dict.symbols, f"{os.path.join(cfg.data, EXPORT_JSON)}: target_lang_tag",
-                               owner=os.path.join(cfg.data, names["source"]))
         return task
 
     @staticmethod
@@ -282,6 +279,8 @@ class TranslationTask:
         return dataset
 
     def _load_mixture(self, split: str, epoch: int, cfg, seed: int) -> LanguagePairDataset:
+        from nmt_toolkit.data import corpora as corpus_mix
+
         names = self.corpus_names(split)
         if self._corpora is None:
             self._corpora = [self._read_split(name, epoch) for name in names]
@@ -292,6 +291,8 @@ class TranslationTask:
         return mixture
 
     def _read_split(self, split: str, epoch: int) -> LanguagePairDataset:
+        from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+
         folder = self.split_folder(split, epoch)
         self.check_split(split)
         src = MMapIndexedDataset(self._prefix(folder, split, self.cfg.source_lang), len(self.src_dict),
@@ -315,6 +316,8 @@ class TranslationTask:
 
     def build_dataset_for_inference(self, src_tokens: list, src_lengths=None) -> LanguagePairDataset:
         """Source-only pairs for generation from raw token id arrays (each ending with EOS)."""
+        from nmt_toolkit.data.pair_dataset import LanguagePairDataset
+
         sizes = np.array([len(t) for t in src_tokens], dtype=np.int64)
         return LanguagePairDataset(src_tokens, sizes, self.src_dict, tgt_dict=self.tgt_dict)
 
@@ -393,10 +396,7 @@ class TranslationTask:
             return self.model_folder.codec(role)
         if not self.cfg.data:
             return None
-        record = self._record.get("subword")
-        if role == "target" and record and record.get("target_model"):  # the target side's own model
-            record = {**record, "model": record["target_model"]}
-        return subword.codec_from_record(self.cfg.data, record)
+        return subword.side_codec(self.cfg.data, self._record.get("subword"), role)
 
     def default_target_lang_tag(self) -> Optional[str]:
         """The target-language token the sources were binarized with (``preprocess.json``), or a model
