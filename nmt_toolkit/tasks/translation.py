@@ -120,6 +120,7 @@ class TranslationTask:
         self._record = read_preprocess_json(cfg.data) if cfg.data else {}
         self._corpus_sampling: Optional[tuple] = None  # (split, CorpusSamplingConfig, seed)
         self._corpora: Optional[list] = None
+        self._codecs: dict[tuple, Any] = {}  # subword(): each model file read once, not once per call
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -391,12 +392,16 @@ class TranslationTask:
 
     def subword(self, role: str = "source"):
         """The subword codec recorded in ``preprocess.json`` (``encode``/``decode``), or None. A model folder
-        may hold one model per side: ``role`` "source" encodes the input, "target" decodes the output."""
-        if self.model_folder is not None:
-            return self.model_folder.codec(role)
-        if not self.cfg.data:
-            return None
-        return subword.side_codec(self.cfg.data, self._record.get("subword"), role)
+        may hold one model per side: ``role`` "source" encodes the input, "target" decodes the output. Read
+        once (a server encodes every request with it)."""
+        key = (role, id(self.model_folder), id(self._record), self.cfg.data)
+        if key not in self._codecs:
+            if self.model_folder is not None:
+                self._codecs[key] = self.model_folder.codec(role)
+            else:
+                self._codecs[key] = subword.side_codec(self.cfg.data, self._record.get("subword"), role) \
+                    if self.cfg.data else None
+        return self._codecs[key]
 
     def default_target_lang_tag(self) -> Optional[str]:
         """The target-language token the sources were binarized with (``preprocess.json``), or a model
