@@ -7,13 +7,14 @@ whole processes, alternating, idle and beside busy processes this script starts 
 Sides, run in turn (raw, raw-inter, plain, lines, raw, …) ``--rounds`` times per load level:
 - ``raw``: ``raw_ctranslate2.py`` (sentencepiece, one ``translate_batch(max_batch_size=64)``, decode) with
   CTranslate2's usual layout, one replica on ``--threads`` threads;
-- ``raw_inter``: the same with ``--threads`` one-thread replicas, the layout nmt-generate takes;
+- ``raw_inter``: the same with nmt-generate's layout and batches: ``--threads`` one-thread replicas, 16
+  sentences a batch;
 - ``plain``: ``nmt-generate --path EXPORT --input INPUT --engine ctranslate2 --plain`` (the translations
-  alone, as the raw script prints them);
+  alone, as the raw script prints them), its defaults otherwise;
 - ``lines``: the same without ``--plain``: S-/H-/D-/P- lines with per-token scores (a second, scoring pass).
 Every side searches alike: beam 4, length penalty 0.6 (``|Y|^alpha``), stopping when 4 hypotheses have
-finished, every output at most ``--max-len`` tokens (``--max-len-a 0 --max-len-b N`` for nmt-generate),
-batches of 64 sentences. Per side: median wall seconds, CPU seconds (user + system) and peak resident memory
+finished, every output at most ``--max-len`` tokens (``--max-len-a 0 --max-len-b N`` for nmt-generate).
+Per side: median wall seconds, CPU seconds (user + system) and peak resident memory
 (``ru_maxrss`` of that child); per level the ratios plain/raw and lines/raw (medians of the round-by-round
 ratios), and how many translations differ from the raw side's. One JSON line per level.
 """
@@ -41,8 +42,8 @@ def commands(args) -> dict[str, list[str]]:
            str(args.threads), "--max-len", str(args.max_len)]
     ours = [os.path.join(BIN, "nmt-generate"), "--path", args.export, "--input", args.input, "--engine",
             "ctranslate2", "--threads", str(args.threads), "--beam", "4", "--lenpen", "0.6", "--max-len-a", "0",
-            "--max-len-b", str(args.max_len), "--batch-size", "64"]
-    return {"raw": raw + ["--layout", "intra"], "raw_inter": raw + ["--layout", "inter"],
+            "--max-len-b", str(args.max_len)]
+    return {"raw": raw + ["--layout", "intra"], "raw_inter": raw + ["--layout", "inter", "--batch-size", "16"],
             "plain": ours + ["--plain"], "lines": ours}
 
 

@@ -46,11 +46,18 @@ def load_sentences(n: int) -> list[str]:
     return [lines[i % len(lines)] for i in range(n)]
 
 
+def data_argument(args) -> list[str]:
+    """``--data``, unless ``--path`` holds its own dictionaries (a model folder, a CTranslate2 export): the
+    programs then run as a deployment runs them, nmt-generate on its text route through an export."""
+    return [args.data] if args.data else []
+
+
 def start_server(args, engine: str, batching: bool):
-    command = [str(BIN / "nmt-serve"), args.data, "--path", args.path, "--cpu", "--threads", str(args.threads),
-               "--engine", engine, "--port", "0", "--batching" if batching else "--no-batching",
-               "--max-wait-ms", str(args.max_wait_ms), "--decode-workers", str(args.decode_workers),
-               *ENGINE_FLAGS[engine], *args.search.split(), *args.extra]
+    workers = ["--decode-workers", str(args.decode_workers)] if args.decode_workers else []
+    command = [str(BIN / "nmt-serve"), *data_argument(args), "--path", args.path, "--cpu", "--threads",
+               str(args.threads), "--engine", engine, "--port", "0", "--batching" if batching else "--no-batching",
+               "--max-wait-ms", str(args.max_wait_ms), *workers, *ENGINE_FLAGS[engine], *args.search.split(),
+               *args.extra]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         found = re.search(r"serving .+ on http://([\d.]+):(\d+) \(engine", line)
@@ -128,9 +135,9 @@ def offline(args, engine: str, sentences: list[str]) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".en", delete=False) as f:
         f.write("\n".join(sentences) + "\n")
     try:
-        out = subprocess.run([str(BIN / "nmt-generate"), args.data, "--path", args.path, "--input", f.name, "--cpu",
-                              "--threads", str(args.threads), "--engine", engine, *ENGINE_FLAGS[engine],
-                              *args.search.split()],
+        out = subprocess.run([str(BIN / "nmt-generate"), *data_argument(args), "--path", args.path, "--input",
+                              f.name, "--cpu", "--threads", str(args.threads), "--engine", engine,
+                              *ENGINE_FLAGS[engine], *args.search.split(), *(["--quiet"] if args.quiet else [])],
                              capture_output=True, text=True)
     finally:
         os.unlink(f.name)
@@ -143,7 +150,7 @@ def offline(args, engine: str, sentences: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True)
+    parser.add_argument("--data", help="the data-bin (not needed for a model folder or a CTranslate2 export)")
     parser.add_argument("--path", required=True)
     parser.add_argument("--engines", default="torch,ctranslate2")
     parser.add_argument("--modes", default="on,off", help="batching modes to run, in this order each round")
@@ -152,8 +159,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--max-wait-ms", type=float, default=20.0)
-    parser.add_argument("--decode-workers", type=int, default=1)
+    parser.add_argument("--decode-workers", type=int, help="nmt-serve's --decode-workers [default: its own]")
     parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="the offline nmt-generate with --quiet (no lines "
+                                                             "printed, no per-token scores: what the server computes)")
     parser.add_argument("--search", default="", help="generation flags for the servers and nmt-generate alike, "
                                                      "e.g. '--max-len-a 0 --max-len-b 200'")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more nmt-serve flags (last)")

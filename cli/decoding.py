@@ -71,11 +71,13 @@ def _task_choice(names: list[str]) -> type:
     return TaskChoice
 
 
-def load_translator(configs: dict, need_attn: bool, scores: bool = True, direction: str = "named"):
+def load_translator(configs: dict, need_attn: bool, scores: bool = True, direction: str = "named",
+                    replicas: int = 1):
     """The task and models of the parsed options as a Translator, after setting torch's thread count; the
     first model of --path is read once (:func:`~nmt_toolkit.loading.open_model`) and chooses the task
-    (``direction``: see :func:`~nmt_toolkit.loading.model_task`). The random seed is set last, right before
-    decoding, so that --sampling draws a stream nothing else used."""
+    (``direction``: see :func:`~nmt_toolkit.loading.model_task`). ``replicas``: CTranslate2 copies sharing
+    the threads, one per caller decoding at once. The random seed is set last, right before decoding, so
+    that --sampling draws a stream nothing else used."""
     import torch
 
     from nmt_toolkit.generation.translator import Engine, Translator
@@ -95,10 +97,18 @@ def load_translator(configs: dict, need_attn: bool, scores: bool = True, directi
     if io.fp16 and io.bf16 and io.engine == "torch":
         raise UsageError("--fp16 and --bf16 exclude each other")
     precision = "fp16" if io.fp16 else "bf16" if io.bf16 else None
-    engine = Engine(io.engine, device, precision, ct2_threads=io.threads or 0, seed=seed)
+    threads = io.threads or (decode_threads(io) if replicas > 1 else 0)
+    engine = Engine(io.engine, device, precision, ct2_threads=threads, seed=seed, ct2_replicas=replicas)
     translator = Translator.from_task(task, gen, engine, need_attn=need_attn, scores=scores, opened=opened)
     torch.manual_seed(seed)
     return translator
+
+
+def decode_threads(io: DecodeDeviceConfig) -> int:
+    """The CPU threads a decode uses in all: --threads, else torch's count (the machine's cores)."""
+    import torch
+
+    return io.threads or torch.get_num_threads()
 
 
 def h_bpe_symbol(io, task) -> Optional[str]:

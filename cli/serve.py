@@ -30,6 +30,8 @@ logger = logging.getLogger("nmt_toolkit.serve")
 
 
 def serve_command(configs: dict) -> int:
+    import dataclasses
+
     from nmt_toolkit.errors import UsageError
     from nmt_toolkit.serving.config import read_api_keys
     from nmt_toolkit.serving.server import bind, build_service, serve
@@ -42,9 +44,10 @@ def serve_command(configs: dict) -> int:
     keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
     sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
     try:
-        models = _load_models(configs)
+        cfg = dataclasses.replace(cfg, decode_workers=_decode_workers(configs))
+        models = _load_models({**configs, "serve": cfg})
         translator = models[0].translator
-        service, metrics = build_service(models, _workers(cfg, translator), keys, _thread_setup(cfg, translator))
+        service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator))
         serve(service, metrics, sock)
     finally:
         sock.close()
@@ -75,22 +78,31 @@ def _served(configs: dict):
     multilingual model named without a direction loads with its first trained one (it serves every one)."""
     from nmt_toolkit.serving.models import MultilingualModel, ServedModel
 
-    translator = load_translator({**configs, "io": configs["device"]}, need_attn=False, direction="any")
+    replicas = configs["serve"].decode_workers if configs["device"].engine == "ctranslate2" else 1
+    translator = load_translator({**configs, "io": configs["device"]}, need_attn=False, direction="any",
+                                 replicas=replicas)
     if translator.task.multilingual:
         return MultilingualModel(translator)
     return ServedModel(translator.task.cfg.source_lang, translator.task.cfg.target_lang, translator)
 
 
-def _workers(cfg: ServeConfig, translator) -> ServeConfig:
-    """``cfg`` with one decode worker where batches cannot decode at once (GPU, CTranslate2, sampling)."""
-    import dataclasses
+def _decode_workers(configs: dict) -> int:
+    """How many batches the server decodes at once: --decode-workers, else on the CPU one per thread (at most
+    4; a batch split over several threads waits at each step for the slowest, and stalls whenever another
+    process takes a core), each on its share of the threads (CTranslate2: a replica of its own); on a GPU
+    and with --sampling (one seeded random stream), one."""
+    from nmt_toolkit.cli.decoding import choose_device, decode_threads
+    from nmt_toolkit.generation.parallel import AUTO_MAX_WORKERS, auto_workers
 
-    serial = (translator.engine.name != "torch" or translator.engine.device.type != "cpu"
-              or translator.gen.sampling)
+    cfg, io, gen = configs["serve"], configs["device"], configs["generation"]
+    serial = choose_device(io).type != "cpu" or gen.sampling
+    if cfg.decode_workers is None:
+        return 1 if serial else auto_workers(AUTO_MAX_WORKERS, decode_threads(io))
     if cfg.decode_workers > 1 and serial:
-        logger.warning("--decode-workers %d ignored: this engine decodes one batch at a time", cfg.decode_workers)
-        return dataclasses.replace(cfg, decode_workers=1)
-    return cfg
+        logger.warning("--decode-workers %d ignored: %s decodes one batch at a time", cfg.decode_workers,
+                       "--sampling" if gen.sampling else "a GPU")
+        return 1
+    return cfg.decode_workers
 
 
 def _thread_setup(cfg: ServeConfig, translator):

@@ -2,6 +2,8 @@
 and httpx, compared with the Translator (itself tested against nmt-generate) on the same sentences."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 pytest.importorskip("fastapi", reason="nmt-serve needs the [serve] extra (pip install -e '.[serve]')")
@@ -293,3 +295,36 @@ def test_a_ctranslate2_export_is_served_without_a_data_bin_or_search_flags(train
         assert post_json(process.url + "/v1/translate", {"sentences": sources[:1]}).status_code == 200
     finally:
         assert process.terminate() == 0
+
+
+def test_libretranslate_requests_skip_ctranslate2s_scoring_pass(trained_translation, tmp_path):
+    """LibreTranslate's /translate shows no scores, so its batches skip CTranslate2's second, scoring pass
+    (score_batch); /v1/translate's show them. Both give the same translations."""
+    pytest.importorskip("ctranslate2")
+    from nmt_toolkit.cli.export import run as export
+    from nmt_toolkit.serving.models import ServedModel
+
+    t = trained_translation
+    ct2 = tmp_path / "ct2"
+    assert export([str(t.data), "--path", str(t.first), "--format", "ctranslate2", "--output-dir", str(ct2)]) == 0
+    translator = Translator.load(str(ct2), engine="ctranslate2", device="cpu")
+    calls = []
+    real = translator.generator.search.translator
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def score_batch(self, *args, **kwargs):
+            calls.append(len(args[0]))
+            return real.score_batch(*args, **kwargs)
+
+    translator.generator.search.translator = Counting()
+    served = ServedModel("en", "de", translator)
+    ids = served.encode(_sources(t)[:8])
+    plain = served.decode(served.options_key({}, scores=False), ids)
+    assert calls == []
+    scored = served.decode(served.options_key({}), ids)
+    assert sum(calls) == 8
+    assert [h[0].text for h in plain] == [h[0].text for h in scored]
+    assert all(math.isfinite(p) for h in scored for p in h[0].positional_scores)

@@ -69,9 +69,10 @@ class CTranslate2Generator:
     """Decoding through ``ctranslate2.Translator`` (see the module docstring)."""
 
     def __init__(self, model, task, gen, device: str = "cpu", threads: int = 0, seed: Optional[int] = None,
-                 scores: bool = True):
+                 scores: bool = True, replicas: int = 1):
         """``model``: the ``--path`` as :func:`~nmt_toolkit.loading.open_model` read it, an export or a
-        checkpoint (exported here for this run, from what was read)."""
+        checkpoint (exported here for this run, from what was read); ``threads`` in all (0: CTranslate2's
+        default), shared by ``replicas`` copies that decode batches at once (callers on several threads)."""
         self._tmp = None  # first: close() (from __del__) runs even when the lines below raise
         ct2 = require_ctranslate2()
         self.gen, self.src_dict, self.tgt_dict = gen, task.src_dict, task.tgt_dict
@@ -93,10 +94,14 @@ class CTranslate2Generator:
         if seed is not None:
             ct2.set_random_seed(seed)
         try:
-            self.translator = ct2.Translator(folder, device=device, intra_threads=threads)
+            self.translator = ct2.Translator(folder, device=device, inter_threads=replicas,
+                                             intra_threads=max(1, threads // replicas) if threads else 0)
         except (RuntimeError, ValueError) as exc:
             raise DataError(f"--path {folder}: CTranslate2 cannot load it ({exc})") from None
-        self.search = CT2Search(self.translator, gen, self.model.rows, scores)
+        # on the CPU a call's sentences (a server's batch of requests) decode in batches of cpu_batch_size,
+        # shared among the replicas
+        self.search = CT2Search(self.translator, gen, self.model.rows, scores,
+                                max_batch_size=(gen.cpu_batch_size or 0) if device == "cpu" else 0)
 
     def _check_dictionaries(self, folder: str, record: dict) -> None:
         from nmt_toolkit.data.dictionary import Dictionary, fingerprint_mismatch
@@ -111,12 +116,13 @@ class CTranslate2Generator:
                 raise DataError(f"{path}: wrong dictionary: the exported model's {side} dictionary differs from the "
                                 f"data-bin's ({problem}); decode with the data-bin the model was trained on")
 
-    def with_gen(self, gen) -> "CTranslate2Generator":
-        """The same loaded model searching with ``gen``; the original keeps (and removes) its export folder."""
+    def with_gen(self, gen, scores: Optional[bool] = None) -> "CTranslate2Generator":
+        """The same loaded model searching with ``gen`` (``scores``: whether to compute per-token scores, by
+        default as this one does); the original keeps (and removes) its export folder."""
         other = copy.copy(self)
         other._tmp, other.gen = None, gen
-        other.search = CT2Search(self.search.translator, gen, self.search.rows, self.search.scores,
-                                 **self.search.batching)
+        other.search = CT2Search(self.search.translator, gen, self.search.rows,
+                                 self.search.scores if scores is None else scores, **self.search.batching)
         return other
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from nmt_toolkit.errors import UsageError
 #: ``score_batch`` scores batches of at most this many target positions: it holds a log-softmax over the
 #: whole vocabulary at every position, so 108 outputs of 256 tokens over 8,000 types would take 0.9 GB
 #: (its "tokens" batches count the source's tokens, not these)
-SCORE_POSITIONS = 2048
+SCORE_POSITIONS = 512
 
 
 def score_batching(targets: list[list[str]]) -> dict:

@@ -70,13 +70,16 @@ class Translation:
 @dataclass(frozen=True)
 class Engine:
     """What decodes: ``torch`` (our beam search) or ``ctranslate2``, on which device, with how many
-    CTranslate2 threads (the torch engine uses torch's process-wide count, which programs set)."""
+    CTranslate2 threads in all (the torch engine uses torch's process-wide count, which programs set) and
+    CTranslate2 replicas among them (``inter_threads``: batches decoded at once, e.g. by nmt-serve's
+    workers)."""
 
     name: str = "torch"
     device: torch.device = torch.device("cpu")
     precision: Optional[str] = None  # "fp16" or "bf16" (GPU only); None: float32
     ct2_threads: int = 0
     seed: int = 1
+    ct2_replicas: int = 1
 
 
 class Translator:
@@ -166,6 +169,15 @@ class Translator:
             generator = _beam_search(self.models, self.task, gen, self.engine)
         return Translator(self.task, generator, self.detokenize, self.engine, gen, self.models)
 
+    def without_scores(self) -> "Translator":
+        """The same loaded model, its hypotheses without per-token scores where they cost a pass of their own
+        (CTranslate2: ``score_batch``; ``positional_scores`` are NaN and the score CTranslate2's own); the
+        torch engine computes them during its search anyway."""
+        if self.models is not None:
+            return self
+        return Translator(self.task, self.generator.with_gen(self.gen, scores=False), self.detokenize, self.engine,
+                          self.gen, self.models)
+
     def for_direction(self, source_lang: str, target_lang: str) -> "Translator":
         """The same loaded multilingual model translating ``source_lang`` → ``target_lang`` (any two of its
         languages): weights, search and options are shared, only the language tokens placed differ, so one
@@ -250,10 +262,10 @@ class Translator:
                                             num_shards=num_shards, shard_id=shard_id).next_epoch_itr(shuffle=False)
 
     def batch_sentences(self) -> Optional[int]:
-        """The most sentences a batch holds: the task's ``batch_size`` when set; else, for the torch engine on
-        the CPU, ``cpu_batch_size`` (one-thread workers need several batches to share); else no limit but the
-        token budget."""
-        if self.task.cfg.batch_size or self.engine.name != "torch" or self.engine.device.type != "cpu":
+        """The most sentences a batch holds: the task's ``batch_size`` when set; else, on the CPU, the engine's
+        ``cpu_batch_size`` (one-thread workers need several batches to share; ``config.py::ENGINE_RULES``); else
+        no limit but the token budget."""
+        if self.task.cfg.batch_size or self.engine.device.type != "cpu":
             return self.task.cfg.batch_size
         return self.gen.cpu_batch_size or None
 
@@ -459,6 +471,6 @@ def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_att
     _refuse_what_ctranslate2_lacks(gen, engine, need_attn)
     model = opened if opened is not None else open_model(gen.path)
     generator = CTranslate2Generator(model, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
-                                     scores=scores)
+                                     scores=scores, replicas=engine.ct2_replicas)
     gen.check_model_limit(generator.model.max_positions()[1])
     return generator

@@ -73,7 +73,7 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         sentences = [s for lines in split for s in sentences_of(lines)]
         service.check_sentences(len(sentences))
         options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
-        results = iter(await service.translate(request, model, sentences, options))
+        results = iter(await service.translate(request, model, sentences, options, scores=False))
         out, alternatives = [], []
         for lines in split:
             hyps = [next(results) for _ in sentences_of(lines)]

@@ -23,8 +23,10 @@ class ServeConfig:
     max_wait_ms: float = option(20.0, "milliseconds a batch waits for more requests after the oldest of its "
                                       "requests arrived or the last batch finished, whichever is later",
                                 low=0, high=10_000)
-    decode_workers: int = option(1, "batches decoded at once, each on torch threads // N intra-op threads (the "
-                                    "torch engine on the CPU; 1 elsewhere)", low=1, high=64)
+    decode_workers: Optional[int] = option(None, "batches decoded at once on the CPU, each on threads // N threads "
+                                                 "(CTranslate2: a replica of the model each) [default: one per "
+                                                 "thread, at most 4; 1 on a GPU and with --sampling]",
+                                           metavar="N", low=1, high=64)
     request_timeout: float = option(60.0, "seconds a request may wait for its translation; then 503", low=0,
                                     low_open=True, high=86_400)
     client_timeout: float = option(30.0, "seconds a client may take to send a whole request (its headers and body, "

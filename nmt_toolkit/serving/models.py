@@ -88,10 +88,11 @@ class ServedModel(_OnOneTranslator):
         except NmtError as exc:
             raise RequestError(400, str(exc)) from None
 
-    def options_key(self, options: dict[str, Any]) -> tuple:
+    def options_key(self, options: dict[str, Any], scores: bool = True) -> tuple:
         """The request's search options as a hashable key, after checking them as nmt-generate checks its
-        flags (a value out of range, nbest > beam …: a 400 naming the field)."""
-        key = tuple(sorted(options.items()))
+        flags (a value out of range, nbest > beam …: a 400 naming the field); ``scores=False``: the answer
+        shows no per-token scores, which CTranslate2 then does not compute (a second pass over each batch)."""
+        key = (tuple(sorted(options.items())), scores)
         self._variant(key)
         return key
 
@@ -105,19 +106,22 @@ class ServedModel(_OnOneTranslator):
             found = translator.translate_batch(translator.collate(ids), stop=stop)
         return [tuple(translator.hypothesis(h) for h in hyps) for hyps in found]
 
-    def _variant(self, options: tuple):
-        if not options:
+    def _variant(self, key: tuple):
+        options, scores = key
+        if not options and scores:
             return self.translator
         with self._lock:
-            if options in self._variants:
-                self._variants.move_to_end(options)
-                return self._variants[options]
+            if key in self._variants:
+                self._variants.move_to_end(key)
+                return self._variants[key]
         try:
             variant = self.translator.with_options(**dict(options))
         except NmtError as exc:
             raise RequestError(400, _field_names(str(exc))) from None
+        if not scores:
+            variant = variant.without_scores()
         with self._lock:
-            self._variants[options] = variant
+            self._variants[key] = variant
             while len(self._variants) > OPTION_CACHE_SIZE:
                 self._variants.popitem(last=False)
         return variant

@@ -48,7 +48,7 @@ def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: 
     metrics = ServerMetrics()
     pool = ModelPool(models)
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
-                             max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers,
+                             max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers or 1,
                              thread_setup=thread_setup, observer=metrics)
     return Service(pool, batcher, cfg, keys), metrics
 

@@ -58,9 +58,10 @@ class Service:
                                     f"{self.cfg.max_nbest}")
 
     async def translate(self, request, model: ServedModel, sentences: Sequence[str],
-                        options: dict[str, Any]) -> list[tuple]:
-        """Each sentence's hypotheses (best first; none for an empty sentence), in order."""
-        key = (model.source, model.target, model.options_key(options))
+                        options: dict[str, Any], scores: bool = True) -> list[tuple]:
+        """Each sentence's hypotheses (best first; none for an empty sentence), in order; ``scores=False``:
+        their per-token scores are not wanted (NaN where the engine would compute them apart)."""
+        key = (model.source, model.target, model.options_key(options, scores))
         ids = model.encode(sentences)
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty sentence has only its EOS
         future = self.batcher.submit(key, [ids[i] for i in nonempty])
