@@ -89,7 +89,7 @@ def test_translator_and_server_decode(altered, expected):
     results = en_de.translate(lines)
     assert [(r.hypotheses[0].pieces, r.text, len(r.hypotheses[0].positional_scores)) for r in results] == expected
     served = MultilingualModel(translator).direction("en", "de")  # what nmt-serve decodes a batch with
-    hyps = served.decode((), served.encode(lines))
+    hyps = served.decode(served.options_key({}), served.encode(lines))
     assert [(h[0].pieces, h[0].text, len(h[0].positional_scores)) for h in hyps] == expected
 
 
