@@ -26,11 +26,19 @@ from nmt_toolkit.generation.config import GenerationConfig
 
 logger = logging.getLogger("nmt_toolkit.interactive")
 
+#: below this many lines a buffer, the search runs on one thread unless --threads says otherwise: a few
+#: sentences are too little work to share, and a search split over threads waits at each of its operations
+#: for the thread another process has pushed off its core (100 lines one at a time, the parity model, 2
+#: cores: 8.5-9.2 s on 2 threads against 9.5-10.1 s on 1 idle; 28.9-29.6 s against 10.2 s beside one busy
+#: process; docs/benchmarks.md)
+ONE_THREAD_BELOW = 8
+
 
 @dataclass
 class InteractiveIOConfig(DecodeDeviceConfig):
     input: str = option("-", "read raw text from this file ('-': stdin)", metavar="FILE")
-    buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once)", low=1)
+    buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once; below 8 lines "
+                                 "the search runs on one thread unless --threads is given)", low=1)
     plain: bool = option(False, "print only the detokenized translation, one line per input line")
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto'", metavar="SYMBOL")
@@ -46,6 +54,8 @@ def interactive(configs: dict) -> int:
         from nmt_toolkit.errors import UsageError
 
         raise UsageError("--score-reference and --prefix-size need references; use nmt-generate")
+    if io.threads is None and io.buffer_size < ONE_THREAD_BELOW:
+        io.threads = 1
     translator = load_translator(configs, need_attn=io.print_alignment)
     what = "stdin" if io.input == "-" else f"--input {io.input}"
     source = iter_lines(io.input, None if io.input == "-" else f"--input {io.input}")

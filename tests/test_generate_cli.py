@@ -393,3 +393,24 @@ def test_a_cpu_decode_without_batch_size_gives_every_thread_its_own_batches(trai
         sizes[name + " workers"] = decode_workers(None, t.gen, t.engine, len(batches))
     assert sizes["default"] == [8, 64, 64, 64] and sizes["default workers"] == 2
     assert sizes["cpu_batch_size 0"] == [200] and sizes["cpu_batch_size 0 workers"] == 1
+
+
+def test_interactive_answers_line_by_line_on_one_thread_unless_told(setup_dir, capsys, monkeypatch):
+    """Lines answered one at a time decode on one thread by default (a lone sentence split over threads
+    stalls whenever another process takes a core: docs/benchmarks.md); --threads and larger buffers keep
+    the machine's threads. torch's count is the process's, so it is restored afterwards."""
+    import torch
+
+    root, data, ck = setup_dir
+    before = torch.get_num_threads()
+    try:
+        seen = {}
+        for name, extra in (("default", []), ("--threads 2", ["--threads", "2"]), ("buffer 8", ["--buffer-size", "8"])):
+            torch.set_num_threads(2)
+            monkeypatch.setattr(sys, "stdin", io.StringIO("A dog runs.\n"))
+            assert inter_cli.run([str(data), "--path", str(ck), "--plain", "--max-len-b", "3", *extra]) == 0
+            seen[name] = (torch.get_num_threads(), capsys.readouterr().out)
+        assert {name: threads for name, (threads, _) in seen.items()} == {"default": 1, "--threads 2": 2, "buffer 8": 2}
+        assert len({out for _, out in seen.values()}) == 1  # the same translation on any thread count
+    finally:
+        torch.set_num_threads(before)
