@@ -122,7 +122,7 @@ def text_route(configs: dict) -> Optional[dict]:
     named_task = configs["components"].task if "components" in configs else None
     if io.engine != "ctranslate2" or not io.input or not gen.path or ":" in gen.path or task_cfg.data:
         return None
-    if io.num_shards > 1 or io.attention_plot or io.fp16 or io.bf16 or io.device == "cuda" or \
+    if io.num_shards > 1 or io.attention_plot or io.print_alignment or io.fp16 or io.bf16 or io.device == "cuda" or \
             gen.prefix_size or gen.score_reference or named_task not in (None, "translation"):
         return None
     record = read_export(gen.path)

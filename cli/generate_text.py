@@ -22,7 +22,7 @@ def _translator(configs: dict, record: dict, sentences: int):
     translator = ExportTextTranslator(gen.path, record, gen, io.threads or machine_threads(), size or tokens,
                                       sentences, scores=not (io.quiet or io.plain), seed=configs["common"].seed,
                                       max_source_positions=task_cfg.max_source_positions,
-                                      batch_type="examples" if size else "tokens")
+                                      batch_type="examples" if size else "tokens", workers=io.decode_workers)
     logger.info("CTranslate2 on %s: %d replica(s), %d thread(s) each", gen.path, translator.workers,
                 max(1, (io.threads or machine_threads()) // translator.workers))
     return translator

@@ -86,3 +86,14 @@ def test_a_line_too_long_is_the_same_error_on_both_routes(export_folder, capsys,
         errors.append(capsys.readouterr().err.strip().splitlines()[-1])
     assert errors[0] == errors[1]
     assert f"--input {lines} line 2:" in errors[0] and "--max-source-positions" in errors[0]
+
+
+def test_options_of_the_translator_route_hold_on_the_text_route(export_folder, capsys):
+    """--print-alignment is refused as the Translator's route refuses it; --decode-workers sets the replicas."""
+    data, folder, lines = export_folder
+    common = ["--path", str(folder), "--input", str(lines), "--engine", "ctranslate2"]
+    for argv in (common, [str(data), *common]):
+        assert generate([*argv, "--print-alignment"]) == 2
+        assert "--engine ctranslate2 has no --print-alignment" in capsys.readouterr().err
+    assert generate([*common, "--threads", "2", "--decode-workers", "1", "--plain"]) == 0
+    assert "1 replica(s), 2 thread(s) each" in capsys.readouterr().err

@@ -44,11 +44,11 @@ class ExportTextTranslator:
     """A CTranslate2 export (``folder``, its checked record) translating raw lines: ``gen`` a GenerationConfig
     with the engine's rules applied; ``threads`` cores in all; ``batch_size`` sentences per batch (tokens with
     ``batch_type`` "tokens"); ``sentences`` how many will be translated (so that no replica is made without a
-    batch to decode)."""
+    batch to decode; ``workers``: the replicas, when the user named them)."""
 
     def __init__(self, folder: str, record: dict, gen, threads: int, batch_size: int, sentences: int,
                  scores: bool = True, seed: Optional[int] = None, max_source_positions: Optional[int] = None,
-                 batch_type: str = "examples"):
+                 batch_type: str = "examples", workers: Optional[int] = None):
         from nmt_toolkit.export.ctranslate2 import require_ctranslate2
 
         refuse_unsupported(gen)
@@ -66,7 +66,7 @@ class ExportTextTranslator:
         gen.check_model_limit(rows)
         per_batch = batch_size if batch_type == "examples" else max(1, batch_size // 32)  # ~32 tokens a sentence
         self.per_call = max(1, per_batch) * BATCHES_PER_CALL
-        self.workers = auto_workers(-(-sentences // max(per_batch, 1)), threads)
+        self.workers = workers or auto_workers(-(-sentences // max(per_batch, 1)), threads)
         self.per_call *= self.workers
         if seed is not None:
             ct2.set_random_seed(seed)
