@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from typing import Optional
 
 import pytest
 
@@ -12,7 +13,8 @@ pytest.importorskip("fastapi", reason="nmt-serve needs the [serve] extra (pip in
 from nmt_toolkit import config  # noqa: E402
 from nmt_toolkit.serving.config import ServeConfig  # noqa: E402
 
-NUMBERS = [f for f in dataclasses.fields(ServeConfig) if config._resolved_hints(ServeConfig)[f.name] in (int, float)]
+NUMBERS = [f for f in dataclasses.fields(ServeConfig)
+           if config._resolved_hints(ServeConfig)[f.name] in (int, float, Optional[int], Optional[float])]
 
 
 def _run(capsys, *args) -> tuple[int, list[str]]:
@@ -27,7 +29,8 @@ def _run(capsys, *args) -> tuple[int, list[str]]:
 def test_every_number_has_a_range_and_refuses_a_value_outside_it(field, capsys, tmp_path):
     bounds = config._field_range(field)
     assert bounds.low is not None and bounds.high is not None, f"--{field.name} needs low= and high="
-    outside = bounds.high + 1 if config._resolved_hints(ServeConfig)[field.name] is int else bounds.high * 2
+    outside = bounds.high + 1 if config._resolved_hints(ServeConfig)[field.name] in (int, Optional[int]) \
+        else bounds.high * 2
     status, lines = _run(capsys, tmp_path, "--path", tmp_path / "ck.pt", config.flag_name(field), outside)
     assert status == 2
     assert len(lines) == 1 and lines[0].startswith("nmt-serve: error:") and config.flag_name(field) in lines[0]
@@ -83,3 +86,19 @@ def test_listening_beyond_loopback_without_keys_warns(monkeypatch, caplog, host,
     assert bool(warnings) == warned, warnings
     if warned:
         assert len(warnings) == 1 and "without --api-keys" in warnings[0] and host in warnings[0]
+
+
+def test_decode_workers_default_to_one_per_thread_on_the_cpu():
+    """Unset, the server decodes one batch per CPU thread at once (at most 4); --sampling (one seeded random
+    stream) one; a number given is kept."""
+    from nmt_toolkit.cli.decoding import DecodeDeviceConfig
+    from nmt_toolkit.cli.serve import _decode_workers
+    from nmt_toolkit.generation.config import GenerationConfig
+
+    def workers(threads, serve=None, **gen):
+        return _decode_workers({"serve": serve or ServeConfig(), "device": DecodeDeviceConfig(cpu=True, threads=threads),
+                                "generation": GenerationConfig(**gen)})
+
+    assert [workers(1), workers(2), workers(3), workers(8)] == [1, 2, 3, 4]
+    assert workers(2, sampling=True, beam=1) == 1
+    assert workers(2, ServeConfig(decode_workers=1)) == 1 and workers(2, ServeConfig(decode_workers=3)) == 3
