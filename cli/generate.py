@@ -135,6 +135,18 @@ def text_route(configs: dict) -> Optional[dict]:
     return record
 
 
+def _ct2_replicas(configs: dict) -> int:
+    """CTranslate2 on the CPU: one replica of one thread per decode worker (--decode-workers, else one per
+    thread, at most 4), as the torch engine lays out its workers; 1 otherwise."""
+    from nmt_toolkit.cli.decoding import decode_threads
+    from nmt_toolkit.generation.parallel import AUTO_MAX_WORKERS, auto_workers
+
+    io, gen = configs["io"], configs["generation"]
+    if io.engine != "ctranslate2" or gen.sampling or not _on_the_cpu(io):
+        return 1
+    return io.decode_workers or auto_workers(AUTO_MAX_WORKERS, decode_threads(io))
+
+
 def _on_the_cpu(io: GenerateIOConfig) -> bool:
     """Whether this run decodes on the CPU: --cpu, --device cpu, or no GPU CTranslate2 can use."""
     if io.cpu or io.device == "cpu":
@@ -222,7 +234,7 @@ def generate(configs: dict) -> int:
 
         return generate_text(configs, record)
     translator = load_translator(configs, need_attn=bool(io.print_alignment or io.attention_plot),
-                                 scores=not (io.quiet or io.plain))
+                                 scores=not (io.quiet or io.plain), replicas=_ct2_replicas(configs))
     if io.attention_plot:
         _check_attention_plot(io, translator)
     dataset, raw_sources, subset, itr = _dataset(io, translator)

@@ -97,3 +97,17 @@ def test_options_of_the_translator_route_hold_on_the_text_route(export_folder, c
         assert "--engine ctranslate2 has no --print-alignment" in capsys.readouterr().err
     assert generate([*common, "--threads", "2", "--decode-workers", "1", "--plain"]) == 0
     assert "1 replica(s), 2 thread(s) each" in capsys.readouterr().err
+
+
+def test_a_data_bin_decodes_on_one_replica_per_thread(export_folder, capsys):
+    """On a data-bin (the Translator's route) CTranslate2 decodes several batches at once, one replica of one
+    thread each, and prints what one batch at a time on all threads prints."""
+    data, folder, _ = export_folder
+    common = [str(data), "--path", str(folder), "--engine", "ctranslate2", "--gen-subset", "test", "--threads", "2",
+              "--batch-size", "4"]
+    assert generate(common) == 0
+    together = capsys.readouterr()
+    assert generate([*common, "--decode-workers", "1"]) == 0
+    alone = capsys.readouterr()
+    assert "decoding 2 batches at once" in together.err and "batches at once" not in alone.err
+    assert together.out == alone.out and together.out.count("\nH-") >= 8

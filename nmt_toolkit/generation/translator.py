@@ -406,11 +406,11 @@ def decode_workers(requested: Optional[int], gen: GenerationConfig, engine: Engi
     one seeded random stream, which concurrent batches would consume in an unpredictable order. Unset, a CPU
     decode takes :func:`~nmt_toolkit.generation.parallel.auto_workers` workers: a beam step is hundreds of
     small operations on which intra-op threads mostly wait for each other, so one-thread workers on batches
-    of their own keep the cores busier. CTranslate2 spreads a batch over its own threads."""
+    of their own keep the cores busier. CTranslate2 decodes as many batches at once as it has replicas."""
     from nmt_toolkit.generation.parallel import auto_workers
 
-    if engine.name == "ctranslate2":
-        return 1
+    if engine.name == "ctranslate2":  # its replicas were made at load (Engine.ct2_replicas), one per worker
+        return max(1, min(engine.ct2_replicas, num_batches))
     serial = engine.device.type != "cpu" or gen.sampling
     if requested is None:
         return 1 if serial else auto_workers(num_batches, torch.get_num_threads())
