@@ -114,3 +114,15 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.write_line(f"the fast loop imports no test of these modules: {', '.join(missing)}; keep a test "
                             f"that reaches each of them out of the slow ones", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def trained_ct2_export(trained_translation, tmp_path_factory):
+    """The session's first small model exported by nmt-export --format ctranslate2 (float32): its folder."""
+    pytest.importorskip("ctranslate2", reason="the [ct2] extra is not installed")
+    from nmt_toolkit.cli.export import run as export
+
+    folder = tmp_path_factory.mktemp("ct2-export") / "ct2"
+    assert export([str(trained_translation.data), "--path", str(trained_translation.first), "--format", "ctranslate2",
+                   "--output-dir", str(folder)]) == 0
+    return folder

@@ -17,13 +17,10 @@ from tests.multilingual_model import tiny_multilingual_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def bilingual(trained_translation, tmp_path_factory):
-    root = tmp_path_factory.mktemp("ct2-alone")
-    assert export([str(trained_translation.data), "--path", str(trained_translation.first), "--format", "ctranslate2",
-                   "--output-dir", str(root / "ct2")]) == 0
-    lines = root / "in.en"
+def bilingual(trained_translation, trained_ct2_export, tmp_path_factory):
+    lines = tmp_path_factory.mktemp("ct2-lines") / "in.en"
     lines.write_text("".join((trained_translation.root / "test.en").read_text().splitlines(True)[:12]))
-    return trained_translation.data, root / "ct2", lines
+    return trained_translation.data, trained_ct2_export, lines
 
 
 def _printed(capsys, run, argv, stdin=None, monkeypatch=None) -> str:

@@ -11,20 +11,16 @@ import pytest
 
 ct2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra is not installed")
 
-from nmt_toolkit.cli.export import run as export  # noqa: E402
 from nmt_toolkit.cli.generate import run as generate  # noqa: E402
 
 SEARCH = ["--beam", "4", "--lenpen", "0.6", "--max-len-a", "0", "--max-len-b", "40"]
 
 
 @pytest.fixture(scope="module")
-def export_folder(trained_translation, tmp_path_factory):
-    root = tmp_path_factory.mktemp("ct2-text")
-    assert export([str(trained_translation.data), "--path", str(trained_translation.first), "--format", "ctranslate2",
-                   "--output-dir", str(root / "ct2")]) == 0
-    lines = root / "in.en"
+def export_folder(trained_translation, trained_ct2_export, tmp_path_factory):
+    lines = tmp_path_factory.mktemp("ct2-lines") / "in.en"
     lines.write_text("".join((trained_translation.root / "test.en").read_text().splitlines(True)[:40]))
-    return trained_translation.data, root / "ct2", lines
+    return trained_translation.data, trained_ct2_export, lines
 
 
 def _out(capsys, argv) -> str:

@@ -159,3 +159,9 @@ def side_codec(data_dir: str, record: Optional[dict], role: str = "source"):
     if role == "target" and record and record.get("target_model"):
         record = {**record, "model": record["target_model"]}
     return codec_from_record(data_dir, record)
+
+
+def marker_of(kind: Optional[str]) -> Optional[str]:
+    """What ``Dictionary.string(..., bpe_symbol=)`` removes to undo a segmentation of ``kind`` (a subword
+    record's ``type``), or None."""
+    return {"sentencepiece": "sentencepiece", "subword_nmt": "@@ "}.get(kind)

@@ -57,7 +57,7 @@ class ExportTextTranslator:
         self.src_dict, self.tgt_dict = export_dictionaries(folder, record)
         self.codec = subword.side_codec(folder, record.get("subword"), "source")
         target_codec = subword.side_codec(folder, record.get("subword"), "target")
-        self._bpe = {"sentencepiece": "sentencepiece", "subword_nmt": "@@ "}.get((record.get("subword") or {}).get("type"))
+        self._bpe = subword.marker_of((record.get("subword") or {}).get("type"))
         self.detokenize = Detokenizer(target_codec, self._bpe if target_codec is None else None)
         self.tag = self._target_lang_tag(record)
         rows = int(record["max_positions"])

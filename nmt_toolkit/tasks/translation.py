@@ -435,7 +435,7 @@ class TranslationTask:
     def bpe_symbol(self) -> Optional[str]:
         """What ``Dictionary.string(..., bpe_symbol=)`` needs to undo the recorded segmentation."""
         record = (self._record.get("subword") or {}).get("type")
-        return {"sentencepiece": "sentencepiece", "subword_nmt": "@@ "}.get(record)
+        return subword.marker_of(record)
 
     # ------------------------------------------------------------------ what a multilingual task changes
     # Decoding, training and export ask every task these questions; a task with language tokens
