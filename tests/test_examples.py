@@ -400,9 +400,9 @@ def test_multilingual_ci_recipe(tmp_path, data_dir):
 def test_distill_ci_recipe(tmp_path, data_dir):
     """examples/distill/run.sh --ci end to end. The forward translation, made shard by shard, is the teacher's
     own translation of the training sources in corpus order (one unsharded nmt-generate of the same teacher);
-    the student's data-bin holds it as targets; distill.jsonl has teacher and student in both engines, each BLEU
-    sacreBLEU's on the hypotheses the evaluation kept. Killed after a shard, the recipe redoes only what is
-    missing; a missing TEACHER is one line."""
+    the student's data-bin holds it as targets; distill.jsonl has the teacher (beam 2) and the student (beams 2
+    and 1) in both engines, each BLEU sacreBLEU's on the hypotheses the evaluation kept. Killed after a shard,
+    the recipe redoes only what is missing; a missing TEACHER is one line."""
     import sacrebleu
 
     work, env = tmp_path / "distill", {"MULTI30K": str(data_dir / "multi30k"), "RUNS": "1", **ONE_THREAD}
@@ -416,13 +416,12 @@ def test_distill_ci_recipe(tmp_path, data_dir):
     assert json.loads((work / "student-bin" / "preprocess.json").read_text())["splits"]["train"]["sentences"] == 400
     refs = (data_dir / "multi30k" / "test_2016_flickr.de").read_text().splitlines()[:50]
     lines = [json.loads(x) for x in (work / "distill.jsonl").read_text().splitlines()]
-    assert [(x["role"], x["engine"], x["precision"]) for x in lines] == [
-        ("teacher", "torch", "float32"), ("student", "torch", "float32"),
-        ("teacher", "ctranslate2", "int8"), ("student", "ctranslate2", "int8")]
+    assert [(x["role"], x["engine"], x["precision"], x["beam"]) for x in lines] == [
+        ("teacher", "torch", "float32", 2), ("student", "torch", "float32", 2), ("student", "torch", "float32", 1),
+        ("teacher", "ctranslate2", "int8", 2), ("student", "ctranslate2", "int8", 2),
+        ("student", "ctranslate2", "int8", 1)]
     for x in lines:
-        out = (work / "evaluation" / f"{x['role']}.{x['engine']}.0.out").read_text()
-        hyps = [text for _, text in sorted((int(k), t) for k, _, t in
-                                           (line[2:].split("\t", 2) for line in out.splitlines() if line.startswith("D-")))]
+        hyps = (work / "evaluation" / f"{x['role']}.beam{x['beam']}.{x['engine']}.0.out").read_text().splitlines()
         assert len(hyps) == 50 and x["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
         assert x["words_per_s_per_core"] > 0 and x["peak_mib"] > 0 and x["cpu"] and x["date"] and x["code"]
 

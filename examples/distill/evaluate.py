@@ -1,11 +1,13 @@
-"""Teacher and student side by side: ``evaluate.py WORKDIR --source test.en --reference test.de [--runs 3] -- SEARCH…``.
+"""Teacher and student side by side: ``evaluate.py WORKDIR --source test.en --reference test.de [--runs 3]
+[--beam 4] [--student-beams 4,1] -- SEARCH…``.
 
-For each engine (the torch engine on the model folder, float32; CTranslate2 on the int8 export) the teacher's and
-the student's ``nmt-generate --input SOURCE --threads 1 SEARCH…`` run as whole processes, teacher and student in
-turn, ``--runs`` times each. Reported per system and engine: sacreBLEU of the detokenized hypotheses against the
-reference, target words (whitespace-separated, of the hypotheses) per second of the median wall time on one
-thread, so on one core (start-up included), the largest peak memory of the runs, and the size of the weights file.
-Writes WORKDIR/distill.jsonl (one line per system and engine) and prints the table."""
+For each engine (the torch engine on the model folder, float32; CTranslate2 on the int8 export) the teacher at
+``--beam`` and the student at each of ``--student-beams`` run ``nmt-generate --input SOURCE --threads 1 --plain
+SEARCH…`` as whole processes (the translations alone, as a deployment makes them), taking turns, ``--runs`` times
+each. Reported per system, beam and engine: sacreBLEU of the detokenized hypotheses against the reference, target
+words (whitespace-separated, of the hypotheses) per second of the median wall time on one thread, so on one core
+(start-up included), the largest peak memory of the runs, and the size of the weights file. Writes
+WORKDIR/distill.jsonl (one line per system, beam and engine) and prints the table."""
 from __future__ import annotations
 
 import argparse
@@ -40,24 +42,47 @@ def timed(command: list[str], out: pathlib.Path) -> tuple[float, float]:
 
 
 def hypotheses(out: pathlib.Path) -> list[str]:
-    rows = {}
-    for line in out.read_text(encoding="utf-8").splitlines():
-        if line.startswith("D-"):
-            key, _, text = line[2:].split("\t", 2)
-            rows[int(key)] = text
-    return [rows[i] for i in sorted(rows)]
+    """The translations of a ``--plain`` run, one per line in input order."""
+    return out.read_text(encoding="utf-8").splitlines()
 
 
-def main() -> None:
+def systems(beam: int, student_beams: list[int]) -> list[tuple[str, int]]:
+    """(role, beam) pairs: the teacher as it is decoded, the student at each beam asked for (by default the
+    teacher's and greedy search, the setting sequence-level distillation is meant to make good enough)."""
+    return [("teacher", beam)] + [("student", b) for b in student_beams]
+
+
+def measure(args, engine: str, kind: str, extra: tuple, runs_dir: pathlib.Path) -> dict:
+    """{(role, beam): [(wall, peak MiB) per run]}, the systems taking turns run by run."""
+    measured = {system: [] for system in systems(args.beam, args.student_beams)}
+    for run in range(args.runs):
+        for role, beam in measured:
+            path = args.workdir / "export" / f"{role}.{kind}"
+            command = ["nmt-generate", "--path", str(path), "--input", args.source, "--threads", "1",
+                       "--plain", "--beam", str(beam), *args.search, *extra]
+            measured[role, beam].append(timed(command, runs_dir / f"{role}.beam{beam}.{engine}.{run}.out"))
+    return measured
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("workdir", type=pathlib.Path)
     p.add_argument("--source", required=True)
     p.add_argument("--reference", required=True)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--beam", type=int, default=4, help="the teacher's beam")
+    p.add_argument("--student-beams", default=None, help="comma-separated (default: --beam and 1)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:cut])
-    args.search = argv[cut + 1:]  # nmt-generate's search options
+    args.search = argv[cut + 1:]  # nmt-generate's other search options
+    beams = args.student_beams or f"{args.beam},1"
+    args.student_beams = list(dict.fromkeys(int(b) for b in beams.split(",")))
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     import sacrebleu
 
     references = pathlib.Path(args.reference).read_text(encoding="utf-8").splitlines()
@@ -67,28 +92,21 @@ def main() -> None:
               "sentences": len(references)}
     rows = []
     for engine, precision, kind, extra in ENGINES:
-        measured = {role: [] for role in ("teacher", "student")}
-        for run in range(args.runs):
-            for role in measured:
-                path = args.workdir / "export" / f"{role}.{kind}"
-                command = ["nmt-generate", "--path", str(path), "--input", args.source, "--threads", "1",
-                           *args.search, *extra]
-                measured[role].append(timed(command, runs_dir / f"{role}.{engine}.{run}.out"))
-        for role, results in measured.items():
-            hyps = hypotheses(runs_dir / f"{role}.{engine}.0.out")
+        for (role, beam), results in measure(args, engine, kind, extra, runs_dir).items():
+            hyps = hypotheses(runs_dir / f"{role}.beam{beam}.{engine}.0.out")
             wall = statistics.median(w for w, _ in results)
             weights = args.workdir / "export" / f"{role}.{kind}" / WEIGHTS[kind]
-            rows.append({"role": role, "engine": engine, "precision": precision,
+            rows.append({"role": role, "engine": engine, "precision": precision, "beam": beam,
                          "bleu": round(sacrebleu.corpus_bleu(hyps, [references]).score, 2),
                          "words_per_s_per_core": round(sum(len(h.split()) for h in hyps) / wall, 1),
                          "wall_s": round(wall, 2), "peak_mib": round(max(m for _, m in results), 1),
                          "size_mib": round(weights.stat().st_size / 2**20, 2), **common})
     (args.workdir / "distill.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print("| system | engine | BLEU | words/s/core | wall s | peak MiB | weights MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| system | engine | beam | BLEU | words/s/core | wall s | peak MiB | weights MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['role']} | {r['engine']} {r['precision']} | {r['bleu']} | {r['words_per_s_per_core']} | "
-              f"{r['wall_s']} | {r['peak_mib']} | {r['size_mib']} |")
+        print(f"| {r['role']} | {r['engine']} {r['precision']} | {r['beam']} | {r['bleu']} | "
+              f"{r['words_per_s_per_core']} | {r['wall_s']} | {r['peak_mib']} | {r['size_mib']} |")
     sys.stdout.flush()
 
 

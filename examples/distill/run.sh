@@ -17,8 +17,9 @@
 #   student/          nmt-train --arch transformer_student (6+1 layers x 256) for STUDENT_UPDATES (3000); the last
 #                     5 interval checkpoints averaged into student/averaged.pt
 #   export/           teacher and student as model folders (torch, float32) and CTranslate2 int8 folders
-#   distill.jsonl     teacher and student in each engine: BLEU on test_2016_flickr, words per second on one
-#                     core (whole processes, alternating), peak memory, model size; table.md the same as a table
+#   distill.jsonl     the teacher at BEAM and the student at BEAM and greedy, in each engine: BLEU on
+#                     test_2016_flickr, words per second on one core (whole --plain processes, alternating), peak
+#                     memory, model size; table.md the same as a table
 #
 # --ci: the first 400/60/50 lines, 1+1 x 32 models, vocabulary 300, 12 and 12 updates, beam 2: checks the chain
 # (such models score BLEU 0). Environment: MULTI30K (the data folder, default <repo>/../shared/data/multi30k),
@@ -57,7 +58,7 @@ fi
 RECIPE=("${OPT[@]}" --seed 1 --share-all-embeddings --dropout 0.1 --optimizer adam --adam-betas 0.9,0.98
   --lr-scheduler inverse_sqrt --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --no-epoch-checkpoints
   --no-validate-at-start --log-format simple --log-interval 20)
-SEARCH=(--beam "$BEAM" --lenpen 0.6 --batch-size 64 --max-len-a 1.2 --max-len-b 10)
+SEARCH=(--lenpen 0.6 --max-len-a 1.2 --max-len-b 10)  # with --beam: BEAM for the teacher, BEAM and 1 for the student
 
 data() {  # the corpus: Multi30k itself, or its first lines for --ci
   if [ $CI = 0 ]; then D=$DATA; return 0; fi
@@ -100,8 +101,8 @@ forward() {  # T: the teacher's translations of train.en, in the corpus's order,
   for ((i = 0; i < SHARDS; i++)); do
     [ -f "$W/forward/shard$i.txt" ] && continue  # a shard already translated is kept
     log "forward translation: shard $i of $SHARDS"
-    nmt-generate "$W/bin" --path "$T" --gen-subset train --num-shards "$SHARDS" --shard-id "$i" "${SEARCH[@]}" \
-      > "$W/forward/shard$i.out" 2> "$W/forward/shard$i.err" || fail "$W/forward/shard$i.err"
+    nmt-generate "$W/bin" --path "$T" --gen-subset train --num-shards "$SHARDS" --shard-id "$i" --beam "$BEAM" \
+      --batch-size 64 "${SEARCH[@]}" > "$W/forward/shard$i.out" 2> "$W/forward/shard$i.err" || fail "$W/forward/shard$i.err"
     grep '^D-' "$W/forward/shard$i.out" | sed 's/^D-//' | cut -f1,3 > "$W/forward/shard$i.tmp"
     mv "$W/forward/shard$i.tmp" "$W/forward/shard$i.txt"; rm -f "$W/forward/shard$i.out"
   done
@@ -149,4 +150,4 @@ mkdir -p "$W/export"
 export_both teacher "$T" "$W/bin"
 export_both student "$W/student/averaged.pt" "$W/student-bin"
 python3 "$HERE/evaluate.py" "$W" --source "$D/test_2016_flickr.en" --reference "$D/test_2016_flickr.de" \
-  --runs "$RUNS" -- "${SEARCH[@]}" | tee "$W/table.md"
+  --runs "$RUNS" --beam "$BEAM" --student-beams "$BEAM,1" -- "${SEARCH[@]}" | tee "$W/table.md"
