@@ -402,7 +402,7 @@ def test_distill_ci_recipe(tmp_path, data_dir):
     own translation of the training sources in corpus order (one unsharded nmt-generate of the same teacher);
     the student's data-bin holds it as targets; distill.jsonl has the teacher (beam 2) and the student (beams 2
     and 1) in both engines, each BLEU sacreBLEU's on the hypotheses the evaluation kept. Killed after a shard,
-    the recipe redoes only what is missing; a missing TEACHER is one line."""
+    the recipe redoes only what is missing; a missing TEACHER, or one of another dictionary, is one line."""
     import sacrebleu
 
     work, env = tmp_path / "distill", {"MULTI30K": str(data_dir / "multi30k"), "RUNS": "1", **ONE_THREAD}
@@ -454,3 +454,15 @@ def test_distill_ci_recipe(tmp_path, data_dir):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"run.sh: TEACHER={tmp_path / 'missing.pt'}: no such checkpoint file"]
     assert not (tmp_path / "other").exists()
+
+    # a teacher trained on another dictionary (its record of the source dictionary changed): one line, exit 1
+    import torch
+    foreign = torch.load(work / "teacher" / "checkpoint_last.pt", weights_only=True)
+    foreign["dictionaries"]["source"]["sha256"] = "0" * 64
+    torch.save(foreign, tmp_path / "foreign.pt")
+    proc = subprocess.run(["bash", str(EXAMPLES / "distill" / "run.sh"), "--ci", str(tmp_path / "third")],
+                          env={**os.environ, **env, "TEACHER": str(tmp_path / "foreign.pt")}, capture_output=True,
+                          text=True)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("run.sh:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "wrong dictionary" in errors[0], proc.stderr
+    assert not (tmp_path / "third" / "forward" / "train.de").exists()
