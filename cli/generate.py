@@ -44,6 +44,9 @@ class GenerateIOConfig(DecodeDeviceConfig):
     remove_bpe: Optional[str] = option(None, "undo subword segmentation in H- lines too: '@@ ', 'sentencepiece' "
                                              "or 'auto' (D- lines are always detokenized)", metavar="SYMBOL")
     print_alignment: bool = option(False, "print A- lines: for each target token the most attended source token")
+    constraints_file: Optional[str] = option(None, "with --constraints on a binarized split: line N holds the "
+                                                   "TAB-separated target phrases of sentence N (empty: none)",
+                                             metavar="FILE")
     decode_workers: Optional[int] = option(None, "CPU: decode this many batches at once, each on its share of "
                                                  "torch's threads (CTranslate2's inter_threads). Default: one per "
                                                  "intra-op thread, at most 4, with at least 4 batches each; GPU "
@@ -96,20 +99,55 @@ def _check_attention_plot(io: GenerateIOConfig, translator) -> None:
 
 def _dataset(io: GenerateIOConfig, translator):
     """The sentences to translate (a binarized split, or --input lines checked against the limits), the raw
-    input lines (or None), the subset's name, and the batch iterator."""
+    input lines (or None), the subset's name, the batch iterator and, with --constraints, each line's target
+    phrases (as ids) and their text."""
     task = translator.task
-    raw_sources = None
+    raw_sources = constraints = None
+    if io.constraints_file and (translator.gen.constraints == "off" or io.input):
+        raise UsageError("--constraints-file gives the phrases of a binarized split's sentences: use it with "
+                         "--constraints and without --input (whose lines carry their own phrases after TABs)")
+    if translator.gen.constraints != "off" and not (io.input or io.constraints_file):
+        raise UsageError("--constraints needs the phrases: --input FILE (each line the source, then its phrases "
+                         "after TABs) or, on a binarized split, --constraints-file FILE")
     if io.input:
         from nmt_toolkit.data.lines import read_lines
 
-        raw_sources = read_lines(io.input, f"--input {io.input}")
-        dataset = task.build_dataset_for_inference(translator.encode(raw_sources, f"--input {io.input}"))
+        what = f"--input {io.input}"
+        raw_sources = read_lines(io.input, what)
+        if translator.gen.constraints != "off":
+            constraints = _constraints_of(raw_sources, what, translator)
+            raw_sources = constraints[2]
+        dataset = task.build_dataset_for_inference(constraints[3] if constraints else translator.encode(raw_sources, what))
         subset = os.path.basename(io.input) if io.input != "-" else "stdin"
     else:
         dataset = task.load_dataset(io.gen_subset)
         subset = io.gen_subset
+        if io.constraints_file:
+            constraints = _split_constraints(dataset, io.constraints_file, translator)
     itr = translator.batches(dataset, num_shards=io.num_shards, shard_id=io.shard_id)
-    return dataset, raw_sources, subset, (_WithoutFillers(itr) if io.num_shards > 1 else itr)
+    return dataset, raw_sources, subset, (_WithoutFillers(itr) if io.num_shards > 1 else itr), constraints
+
+
+def _split_constraints(dataset, path: str, translator) -> tuple:
+    """``(phrase ids, phrase texts)`` of a binarized split's sentences from --constraints-file."""
+    from nmt_toolkit.data.lines import read_lines
+    from nmt_toolkit.generation.source_text import phrases_of
+
+    what = f"--constraints-file {path}"
+    lines = read_lines(path, what)
+    if len(lines) != len(dataset):
+        raise DataError(f"{what}: {len(lines)} lines for the {len(dataset)} sentences of the split")
+    phrases = [phrases_of(line.split("\t"), f"{what} line {i + 1}") if line else [] for i, line in enumerate(lines)]
+    return translator.encode_constraints(phrases, list(dataset.src_sizes), what), phrases
+
+
+def _constraints_of(lines: list, what: str, translator) -> tuple:
+    """``(phrase ids, phrase texts, sources, encoded sources)`` of constrained input lines."""
+    from nmt_toolkit.generation.source_text import split_constraints
+
+    sources, phrases = split_constraints(lines, what)
+    encoded = translator.encode(sources, what)
+    return translator.encode_constraints(phrases, encoded, what), phrases, sources, encoded
 
 
 def text_route(configs: dict) -> Optional[dict]:
@@ -120,7 +158,8 @@ def text_route(configs: dict) -> Optional[dict]:
 
     gen, io, task_cfg = configs["generation"], configs["io"], configs["task"]
     named_task = configs["components"].task if "components" in configs else None
-    if io.engine != "ctranslate2" or not io.input or not gen.path or ":" in gen.path or task_cfg.data:
+    if io.engine != "ctranslate2" or not io.input or not gen.path or ":" in gen.path or task_cfg.data or \
+            gen.constraints != "off":
         return None
     if io.num_shards > 1 or io.attention_plot or io.print_alignment or io.fp16 or io.bf16 or io.device == "cuda" or \
             gen.prefix_size or gen.score_reference or named_task not in (None, "translation"):
@@ -160,8 +199,9 @@ class _Collected:
     """What a run keeps of each translated sentence besides its printed lines: the best hypothesis and the
     reference (for BLEU), counts for the speed line, and the sentences to plot."""
 
-    def __init__(self, translator, io: GenerateIOConfig, raw_sources, printer):
+    def __init__(self, translator, io: GenerateIOConfig, raw_sources, printer, phrases=None):
         self.translator, self.io, self.raw_sources, self.printer = translator, io, raw_sources, printer
+        self.phrases = phrases  # each line's constraints as text (C- lines, as fairseq-interactive prints them)
         self.h_bpe = h_bpe_symbol(io, translator.task)
         self.hyps_by_id, self.refs_by_id, self.plots = {}, {}, []
         self.sentences = self.tokens = 0
@@ -196,6 +236,7 @@ class _Collected:
         else:
             src_text = self.translator.source_text(sample["net_input"]["src_tokens"][i])
         lines = [f"S-{sid}\t{printable(src_text)}"]
+        lines += [f"C-{sid}\t{printable(c)}" for c in (self.phrases[sid] if self.phrases else ())]
         ref = ""
         if target is not None:
             ref = detok(task.tgt_dict.string(target[i]))
@@ -204,7 +245,7 @@ class _Collected:
         return lines, ref
 
 
-def _decode(translator, io: GenerateIOConfig, itr, subset: str, collected: _Collected) -> None:
+def _decode(translator, io: GenerateIOConfig, itr, subset: str, collected: _Collected, constraints=None) -> None:
     """Every batch of ``itr`` through the translator, several at once on the CPU (--decode-workers)."""
     import torch
     from tqdm import tqdm
@@ -215,7 +256,7 @@ def _decode(translator, io: GenerateIOConfig, itr, subset: str, collected: _Coll
     if workers > 1:
         logger.info("decoding %d batches at once, %d thread(s) each (--decode-workers)", workers,
                     max(1, torch.get_num_threads() // workers))
-    batches = translator.decode(itr, need_attn=io.print_alignment, workers=workers)
+    batches = translator.decode(itr, need_attn=io.print_alignment, workers=workers, constraints=constraints)
     for sample, results in tqdm(batches, total=len(itr), desc=f"generate {subset}", file=sys.stderr, disable=None,
                                 leave=False):
         collected.add(sample, results)
@@ -237,12 +278,12 @@ def generate(configs: dict) -> int:
                                  scores=not (io.quiet or io.plain), replicas=_ct2_replicas(configs))
     if io.attention_plot:
         _check_attention_plot(io, translator)
-    dataset, raw_sources, subset, itr = _dataset(io, translator)
+    dataset, raw_sources, subset, itr, constraints = _dataset(io, translator)
     out = open_output(io, subset)
     printer = OrderedPrinter(None if io.quiet else out)
-    collected = _Collected(translator, io, raw_sources, printer)
+    collected = _Collected(translator, io, raw_sources, printer, constraints and constraints[1])
     start = time.perf_counter()
-    _decode(translator, io, itr, subset, collected)
+    _decode(translator, io, itr, subset, collected, constraints and constraints[0])
     printer.close()
     elapsed = time.perf_counter() - start
     n_sent, n_tok = collected.sentences, collected.tokens

@@ -64,21 +64,39 @@ def interactive(configs: dict) -> int:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))
         if not chunk:
             break
-        # a buffer is one batch of --buffer-size lines, so only the positions limit a line
-        ids = translator.encode(chunk, what, first=next_id + 1, budget=False)
-        nonempty = [i for i, x in enumerate(ids) if len(x) > 1]
-        results: dict[int, list] = {}
-        if nonempty:
-            sample = translator.collate([ids[i] for i in nonempty])
-            results = dict(zip(nonempty, translator.translate_batch(sample, need_attn=io.print_alignment)))
-        sys.stdout.write("\n".join(_buffer_lines(translator, io, chunk, results, next_id)) + "\n")
+        chunk, phrases, results = _translate_buffer(translator, io, chunk, what, next_id)
+        sys.stdout.write("\n".join(_buffer_lines(translator, io, chunk, results, next_id, phrases)) + "\n")
         sys.stdout.flush()
         next_id += len(chunk)
     return 0
 
 
-def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results: dict, next_id: int) -> list[str]:
-    """The printed lines of one buffer: S-/H-/D-/P-(/A-) per line, or with --plain the translation alone."""
+def _translate_buffer(translator, io: InteractiveIOConfig, chunk: list[str], what: str, next_id: int):
+    """One buffer as one batch: ``(sources, their constraints as text or None, results by line)``. With
+    --constraints each line is the source and, after TABs, the phrases its translation must contain."""
+    phrases = ids_of_phrases = None
+    if translator.gen.constraints != "off":
+        from nmt_toolkit.generation.source_text import split_constraints
+
+        chunk, phrases = split_constraints(chunk, what, first=next_id + 1)
+    # a buffer is one batch of --buffer-size lines, so only the positions limit a line
+    ids = translator.encode(chunk, what, first=next_id + 1, budget=False)
+    if phrases is not None:
+        ids_of_phrases = translator.encode_constraints(phrases, ids, what, first=next_id + 1)
+    nonempty = [i for i, x in enumerate(ids) if len(x) > 1]
+    results: dict[int, list] = {}
+    if nonempty:
+        sample = translator.collate([ids[i] for i in nonempty])
+        wanted = None if ids_of_phrases is None else [ids_of_phrases[i] for i in nonempty]
+        results = dict(zip(nonempty, translator.translate_batch(sample, need_attn=io.print_alignment,
+                                                                constraints=wanted)))
+    return chunk, phrases, results
+
+
+def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results: dict, next_id: int,
+                  phrases: Optional[list] = None) -> list[str]:
+    """The printed lines of one buffer: S-/(C-/)H-/D-/P-(/A-) per line, or with --plain the translation
+    alone."""
     from nmt_toolkit.generation.output import hypothesis_lines, printable
 
     tgt_dict, detok = translator.task.tgt_dict, translator.detokenize
@@ -93,6 +111,7 @@ def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results
             lines.append(printable(detok(tgt_dict.string(results[i][0]["tokens"]))))
         else:
             lines.append(f"S-{sid}\t{printable(raw)}")
+            lines.extend(f"C-{sid}\t{printable(c)}" for c in (phrases[i] if phrases else ()))
             lines.extend(hypothesis_lines(sid, results[i], tgt_dict, detok, h_bpe, io.print_alignment))
     return lines
 

@@ -29,6 +29,7 @@ from nmt_toolkit.config import check_ranges
 from nmt_toolkit.device_policy import reorder_in_place, sdpa_backends
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.generation.constrained import ConstrainedBeamStrategy
 from nmt_toolkit.generation.ensemble import EnsembleModel
 from nmt_toolkit.generation.search_steps import (NEG_INF, ban_repeated_ngrams, check_stop, collect_hypotheses,
                                                  constrain_lprobs, decoder_start, force_prefix, length_penalty,
@@ -110,13 +111,14 @@ class SequenceGenerator:
     def lp(self, length):
         return length_penalty(length, self.cfg.lenpen, self.cfg.lenpen_style)
 
-    def _static_for(self, device: Optional[torch.device] = None, need_attn: bool = False, prefix_tokens=None):
+    def _static_for(self, device: Optional[torch.device] = None, need_attn: bool = False, prefix_tokens=None,
+                    constraints=None):
         """The static-shape search for this call, or None: ``auto`` takes it on CUDA when nothing rules it out;
         ``on`` everywhere, and what rules it out is a usage error naming the option."""
         mode = self.cfg.static_search
         if mode == "off" or (mode == "auto" and (device is None or device.type != "cuda")):
             return None
-        reason = unsupported(self, need_attn, prefix_tokens)
+        reason = "--constraints" if constraints is not None else unsupported(self, need_attn, prefix_tokens)
         if reason is not None:
             if mode == "on":
                 raise UsageError(f"--static-search on: the static-shape search does not support {reason}; "
@@ -126,6 +128,16 @@ class SequenceGenerator:
         if self._static is None:
             self._static = StaticBeamSearch(self, self.cfg.static_check_interval)
         return self._static
+
+    def _strategy_for(self, constraints):
+        """The search's strategy, or for a batch with constraints a constrained beam search of its own."""
+        if constraints is None:
+            return self.strategy
+        if self.cfg.sampling:
+            raise UsageError("--constraints: constrained decoding is a beam search; it does not sample "
+                             "(drop --sampling)")
+        kind = "ordered" if self.cfg.constraints == "off" else self.cfg.constraints
+        return ConstrainedBeamStrategy(self.cfg.beam, self.strategy.early_stop, constraints, kind, self.eos)
 
     def release(self) -> None:
         """Free the static-shape search's buffers and CUDA graphs (kept between batches of the same shape)."""
@@ -137,22 +149,25 @@ class SequenceGenerator:
     @torch.inference_mode()
     def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
                  prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False,
-                 stop: Optional[Callable[[], bool]] = None) -> list[list[dict]]:
+                 stop: Optional[Callable[[], bool]] = None,
+                 constraints: Optional[Sequence[Sequence[Sequence[int]]]] = None) -> list[list[dict]]:
         """Translate a batch; returns per sentence (batch order) the ``nbest`` best hypotheses, best first.
+        ``constraints``: per sentence, target phrases (token ids, no EOS) that every output must contain
+        (generation/constrained.py; ``cfg.constraints`` says whether in order, "ordered" when "off").
 
         A hypothesis is ``{"tokens": LongTensor (EOS last), "score": float (ln, length-penalised),
         "positional_scores": FloatTensor (ln p per token), "attention": FloatTensor [|Y|, src_len] or None,
         "alignment": LongTensor [|Y|-1] (argmax source position per token) or None}``. ``stop``, asked before
         each step, ends the search with :class:`~nmt_toolkit.generation.search_steps.SearchStopped` when true.
         """
-        static = self._static_for(src_tokens.device, need_attn, prefix_tokens)
+        static = self._static_for(src_tokens.device, need_attn, prefix_tokens, constraints)
         if static is not None:
             return static.generate(src_tokens, src_lengths, stop=stop)
-        k, strategy = self.cfg.beam, self.strategy
+        k, strategy = self.cfg.beam, self._strategy_for(constraints)
         b = self._start(src_tokens, src_lengths, prefix_tokens, need_attn)
         for step in range(b.steps + 1):
             check_stop(stop)
-            cand_scores, cand_beams, cand_tokens = self._candidates(b, step)
+            cand_scores, cand_beams, cand_tokens = self._candidates(b, step, strategy)
             cand_rows = cand_beams + (b.beam_offsets[: b.n] if b.width == k else b.sent_offsets[: b.n])
             eos_mask = (cand_tokens == self.eos) & (cand_scores > NEG_INF)
             fin_mask = eos_mask[:, :k]
@@ -201,7 +216,7 @@ class SequenceGenerator:
                       beam_offsets=torch.arange(bsz, device=dev).unsqueeze(1) * k,
                       sent_offsets=torch.arange(bsz, device=dev).unsqueeze(1), n=bsz)
 
-    def _candidates(self, b: _Batch, step: int):
+    def _candidates(self, b: _Batch, step: int, strategy):
         """The step's constrained log-probabilities (freed on return, before the next step allocates its own)
         and the strategy's candidates among them."""
         lprobs, step_attn = self.model.log_probs(b.tokens[:, : step + 1], b.encoder_outs, b.states,
@@ -214,7 +229,7 @@ class SequenceGenerator:
         if b.attn is not None and step_attn is not None:
             b.attn[:, step + 1, : step_attn.size(-1)] = step_attn
         prev = None if step == 0 else b.scores[:, step - 1]
-        return self.strategy.candidates(lprobs, prev, b.n, b.width)
+        return strategy.candidates(lprobs, prev, b.n, b.width)
 
     def _finalize(self, b: _Batch, fin_mask, rows, cand_scores, step: int) -> None:
         """Merge this step's EOS hypotheses into the finished sets of the sentences that have one."""

@@ -71,6 +71,10 @@ class GenerationConfig:
     target_lang_tag: Optional[str] = option(None, "a target-language token (e.g. >>fra<<) put before every raw "
                                                   "source sentence: multilingual Marian (OPUS-MT) models "
                                                   "[default: the model folder's]", metavar="TAG")
+    constraints: str = option("off", "lexically constrained decoding (fairseq's): each input line is the source, "
+                                     "then after a TAB each target phrase its translation must contain; ordered: "
+                                     "the phrases appear in the order given, unordered: in any order",
+                              choices=("off", "ordered", "unordered"))
     sampling: bool = option(False, "sample instead of beam search")
     sampling_topk: int = option(-1, "sample only among the K most likely tokens (-1: all)", low=1,
                                 high=LENGTH_BOUND, also=(-1,))

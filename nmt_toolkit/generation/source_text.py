@@ -44,3 +44,58 @@ def encode_lines(lines: Sequence[str], src_dict, codec, limit: tuple[int, str], 
                             f"of {reason}; split the {unit}{hint}")
         out.append(ids)
     return out
+
+
+def split_constraints(lines: Sequence[str], what: str, first: int = 1,
+                      unit: str = "line") -> tuple[list[str], list[list[str]]]:
+    """fairseq-interactive's constrained input: each line the source, then each target phrase after a TAB.
+    Returns the sources and each line's phrases (:func:`phrases_of`)."""
+    sources, phrases = [], []
+    for i, line in enumerate(lines):
+        source, *wanted = line.split("\t")
+        sources.append(source)
+        phrases.append(phrases_of(wanted, f"{what} {unit} {first + i}"))
+    return sources, phrases
+
+
+def phrases_of(fields: Sequence[str], where: str) -> list[str]:
+    """The phrases of one sentence, stripped; an empty one (two TABs, a trailing TAB, a phrase of spaces) is
+    a :class:`DataError` naming ``where``, since it would constrain nothing."""
+    for k, phrase in enumerate(fields, 1):
+        if not phrase.strip():
+            raise DataError(f"{where}: constraint {k} is empty (a TAB with no phrase after it)")
+    return [p.strip() for p in fields]
+
+
+def encode_phrases(phrases: Sequence[Sequence[str]], tgt_dict, codec, what: str, first: int = 1,
+                   unit: str = "line") -> list[list[list[int]]]:
+    """Target phrases → token ids (no EOS), through the target side's subword model. A phrase that encodes
+    to nothing, or to a piece the target dictionary lacks (the model could only write it as ``<unk>``), is
+    a :class:`DataError` naming the line and the phrase."""
+    out = []
+    for i, row in enumerate(phrases):
+        pieces = codec.encode_pieces_batch(list(row)) if codec is not None and row else [p.split() for p in row]
+        encoded = []
+        for k, (phrase, p) in enumerate(zip(row, pieces), 1):
+            ids = [int(t) for t in tgt_dict.encode_tokens(p)[:-1]]
+            where = f"{what} {unit} {first + i}: constraint {k} {phrase!r}"
+            if not ids:
+                raise DataError(f"{where} encodes to no target token")
+            if tgt_dict.unk() in ids:
+                missing = [piece for piece, t in zip(p, ids) if t == tgt_dict.unk()]
+                raise DataError(f"{where} has pieces the target dictionary lacks ({' '.join(missing)}): the "
+                                f"model could only write them as <unk>")
+            encoded.append(ids)
+        out.append(encoded)
+    return out
+
+
+def check_phrase_room(phrases: Sequence[Sequence[Sequence[int]]], limits: Sequence[int], what: str,
+                      first: int = 1, unit: str = "line") -> None:
+    """The constraints of each sentence must fit its output-length limit (``limits``), else no output could
+    hold them: a :class:`DataError` naming the line."""
+    for i, (row, limit) in enumerate(zip(phrases, limits)):
+        needed = sum(len(p) for p in row)
+        if needed > limit:
+            raise DataError(f"{what} {unit} {first + i}: its constraints take {needed} target tokens, more than the "
+                            f"{limit} its translation may have (--max-len-a, --max-len-b or the model's positions)")

@@ -213,11 +213,20 @@ class Translator:
             check_language_tag(self.gen.target_lang_tag, self.task.src_dict.symbols, "--target-lang-tag", UsageError)
         return self.gen.target_lang_tag or self.task.default_target_lang_tag()
 
-    def translate(self, sentences: Sequence[str], **options: Any) -> list[Translation]:
+    def translate(self, sentences: Sequence[str], constraints: Optional[Sequence[Sequence[str]]] = None,
+                  **options: Any) -> list[Translation]:
         """Translate ``sentences`` (a list of raw texts, one sentence each; a lone ``str`` is a TypeError, not a
-        list of characters); results in input order."""
+        list of characters); results in input order. ``constraints``: for each sentence, the target phrases its
+        translation must contain (lexically constrained beam search; in the given order unless the options say
+        ``constraints="unordered"``)."""
         _check_sentence_list(sentences, "translate")
-        return list(self.translate_stream(sentences, **options))
+        if constraints is not None and len(constraints) != len(sentences):
+            raise ValueError(f"Translator.translate: {len(constraints)} lists of constraints for {len(sentences)} "
+                             f"sentences")
+        translator = self.with_options(**options)
+        if constraints is None:
+            return list(translator._stream(sentences, 10_000, translator))
+        return translator._translate_chunk(list(sentences), 1, [list(c) for c in constraints])
 
     def translate_stream(self, sentences: Iterable[str], chunk_size: int = 10_000,
                          **options: Any) -> Iterator[Translation]:
@@ -241,17 +250,39 @@ class Translator:
         if chunk:
             yield from translator._translate_chunk(chunk, done + 1)
 
-    def _translate_chunk(self, sentences: list[str], first: int) -> list[Translation]:
+    def _translate_chunk(self, sentences: list[str], first: int,
+                         constraints: Optional[list[list[str]]] = None) -> list[Translation]:
         ids = self.encode(sentences, "Translator input", first, unit="sentence")
         results: dict[int, list[dict]] = {}
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty line has only its EOS
+        phrases = None
+        if constraints is not None:
+            phrases = self.encode_constraints(constraints, ids, "Translator input", first, unit="sentence")
+            phrases = [phrases[i] for i in nonempty]
         if nonempty:
             dataset = self.task.build_dataset_for_inference([ids[i] for i in nonempty])
-            for sample, hyps in self.decode(self.batches(dataset)):
+            for sample, hyps in self.decode(self.batches(dataset), constraints=phrases):
                 for row, sid in enumerate(sample["id"].tolist()):
                     results[nonempty[sid]] = hyps[row]
         return [Translation(source, tuple(self.hypothesis(h) for h in results.get(i, ())))
                 for i, source in enumerate(sentences)]
+
+    def encode_constraints(self, phrases: Sequence[Sequence[str]], sources: Sequence[Any],
+                           what: str = "input", first: int = 1, unit: str = "line") -> list[list[list[int]]]:
+        """Each sentence's target phrases as token ids (the target subword model), checked: none empty, none
+        with pieces the dictionary lacks, all of a sentence's together within its output-length limit
+        (``sources``: each encoded source, or its length). The CTranslate2 engine has no constrained search:
+        a UsageError."""
+        from nmt_toolkit.generation.search_steps import output_limits
+        from nmt_toolkit.generation.source_text import check_phrase_room, encode_phrases
+
+        if self.models is None:
+            raise UsageError("--constraints: the CTranslate2 engine has no constrained search; use --engine torch")
+        ids = encode_phrases(phrases, self.task.tgt_dict, self.task.subword("target"), what, first, unit)
+        lengths = torch.tensor([s if isinstance(s, (int, np.integer)) else len(s) for s in sources])
+        limits = output_limits(lengths, self.generator.cfg, self.generator.model.max_positions()[1], lengths.device)
+        check_phrase_room(ids, limits.tolist(), what, first, unit)
+        return ids
 
     def batches(self, dataset, num_shards: int = 1, shard_id: int = 0):
         """nmt-generate's batches of ``dataset``: by length, within the task's ``max_tokens`` and ``batch_size``
@@ -269,15 +300,18 @@ class Translator:
             return self.task.cfg.batch_size
         return self.gen.cpu_batch_size or None
 
-    def decode(self, batches, need_attn: bool = False, workers: Optional[int] = None):
+    def decode(self, batches, need_attn: bool = False, workers: Optional[int] = None,
+               constraints: Optional[Sequence] = None):
         """Yield ``(sample, hypotheses per sentence)`` for each batch, in order; on the CPU several batches
-        decode at once (``workers``; default: :func:`decode_workers`)."""
+        decode at once (``workers``; default: :func:`decode_workers`). ``constraints``: each sentence's target
+        phrases as ids (:meth:`encode_constraints`), indexed by the dataset's sentence ids."""
         from nmt_toolkit.generation.parallel import decode_batches
 
         if workers is None:
             workers = decode_workers(None, self.gen, self.engine, len(batches))
         with torch.inference_mode():
-            yield from decode_batches(batches, lambda sample: self.translate_batch(sample, need_attn), workers)
+            yield from decode_batches(batches, lambda sample: self.translate_batch(sample, need_attn,
+                                                                                    constraints=constraints), workers)
 
     def collate(self, ids: Sequence[np.ndarray]) -> dict:
         """Encoded lines as one batch in their own order, right-padded (nmt-interactive's buffer: answered as
@@ -288,12 +322,14 @@ class Translator:
             src[row, : len(x)] = torch.from_numpy(x.astype("int64"))
         return {"id": torch.arange(len(ids)), "net_input": {"src_tokens": src, "src_lengths": lengths}}
 
-    def translate_batch(self, sample: dict, need_attn: bool = False,
-                        stop: Optional[Callable[[], bool]] = None) -> list[list[dict]]:
+    def translate_batch(self, sample: dict, need_attn: bool = False, stop: Optional[Callable[[], bool]] = None,
+                        constraints: Optional[Sequence] = None) -> list[list[dict]]:
         """One collated batch through the search (or teacher-forced scoring with ``score_reference``). ``stop``
         is asked between the torch engine's search steps: true, the search ends with ``SearchStopped`` (a
         server's request that timed out); CTranslate2 searches a batch in one call, asked before it."""
         search = {} if stop is None or self.models is None else {"stop": stop}
+        if constraints is not None:
+            search["constraints"] = [constraints[i] for i in sample["id"].tolist()]
         if stop is not None and self.models is None:
             from nmt_toolkit.generation.search_steps import check_stop
 
