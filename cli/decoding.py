@@ -118,3 +118,20 @@ def h_bpe_symbol(io, task) -> Optional[str]:
     if io.remove_bpe == "auto":
         return task.bpe_symbol() or "@@ "
     return io.remove_bpe
+
+
+def constrained_translator(translator, gen, terminology_cfg):
+    """The translator and what constrains its input (--constraints, --glossary, --keep: an
+    :class:`~nmt_toolkit.generation.terminology.InputConstraints`). The glossary's target terms are checked
+    against the target dictionary now; phrases from the glossary and keep patterns alone are searched in any
+    order."""
+    from nmt_toolkit.generation.terminology import InputConstraints
+
+    terms = InputConstraints.of(gen.constraints, terminology_cfg)
+    if terms.active and translator.models is None:
+        raise UsageError("--constraints, --glossary and --keep need a constrained search, which the CTranslate2 "
+                         "engine has not; use --engine torch")
+    translator.check_glossary(terms.glossary)
+    if terms.active and translator.gen.constraints != terms.kind:
+        translator = translator.with_options(constraints=terms.kind)
+    return translator, terms

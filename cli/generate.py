@@ -17,11 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator, task_groups
+from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, constrained_translator, h_bpe_symbol, load_translator,
+                                      task_groups)
 from nmt_toolkit.cli.generate_output import open_output
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.errors import DataError, UsageError
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.generation.terminology import TerminologyConfig
 
 logger = logging.getLogger("nmt_toolkit.generate")
 
@@ -97,27 +99,22 @@ def _check_attention_plot(io: GenerateIOConfig, translator) -> None:
                          f"(0..{heads - 1}, or -1 for their mean)")
 
 
-def _dataset(io: GenerateIOConfig, translator):
+def _dataset(io: GenerateIOConfig, translator, terms):
     """The sentences to translate (a binarized split, or --input lines checked against the limits), the raw
-    input lines (or None), the subset's name, the batch iterator and, with --constraints, each line's target
-    phrases (as ids) and their text."""
+    input lines (or None), the subset's name, the batch iterator and, when something constrains the output
+    (``terms``: --constraints, --glossary, --keep), each sentence's target phrases as ids and as text."""
     task = translator.task
     raw_sources = constraints = None
-    if io.constraints_file and (translator.gen.constraints == "off" or io.input):
-        raise UsageError("--constraints-file gives the phrases of a binarized split's sentences: use it with "
-                         "--constraints and without --input (whose lines carry their own phrases after TABs)")
-    if translator.gen.constraints != "off" and not (io.input or io.constraints_file):
-        raise UsageError("--constraints needs the phrases: --input FILE (each line the source, then its phrases "
-                         "after TABs) or, on a binarized split, --constraints-file FILE")
+    _check_constraint_inputs(io, terms)
     if io.input:
         from nmt_toolkit.data.lines import read_lines
 
         what = f"--input {io.input}"
-        raw_sources = read_lines(io.input, what)
-        if translator.gen.constraints != "off":
-            constraints = _constraints_of(raw_sources, what, translator)
-            raw_sources = constraints[2]
-        dataset = task.build_dataset_for_inference(constraints[3] if constraints else translator.encode(raw_sources, what))
+        raw_sources, phrases = terms.split(read_lines(io.input, what), what)
+        encoded = translator.encode(raw_sources, what)
+        if phrases is not None:
+            constraints = translator.encode_constraints(phrases, encoded, what), phrases
+        dataset = task.build_dataset_for_inference(encoded)
         subset = os.path.basename(io.input) if io.input != "-" else "stdin"
     else:
         dataset = task.load_dataset(io.gen_subset)
@@ -126,6 +123,18 @@ def _dataset(io: GenerateIOConfig, translator):
             constraints = _split_constraints(dataset, io.constraints_file, translator)
     itr = translator.batches(dataset, num_shards=io.num_shards, shard_id=io.shard_id)
     return dataset, raw_sources, subset, (_WithoutFillers(itr) if io.num_shards > 1 else itr), constraints
+
+
+def _check_constraint_inputs(io: GenerateIOConfig, terms) -> None:
+    """Where the phrases come from must be given, and only once."""
+    if io.constraints_file and (not terms.explicit or io.input):
+        raise UsageError("--constraints-file gives the phrases of a binarized split's sentences: use it with "
+                         "--constraints and without --input (whose lines carry their own phrases after TABs)")
+    if terms.explicit and not (io.input or io.constraints_file):
+        raise UsageError("--constraints needs the phrases: --input FILE (each line the source, then its phrases "
+                         "after TABs) or, on a binarized split, --constraints-file FILE")
+    if (terms.glossary is not None or terms.keep is not None) and not io.input:
+        raise UsageError("--glossary and --keep look for terms in the source text: give --input FILE")
 
 
 def _split_constraints(dataset, path: str, translator) -> tuple:
@@ -139,15 +148,6 @@ def _split_constraints(dataset, path: str, translator) -> tuple:
         raise DataError(f"{what}: {len(lines)} lines for the {len(dataset)} sentences of the split")
     phrases = [phrases_of(line.split("\t"), f"{what} line {i + 1}") if line else [] for i, line in enumerate(lines)]
     return translator.encode_constraints(phrases, list(dataset.src_sizes), what), phrases
-
-
-def _constraints_of(lines: list, what: str, translator) -> tuple:
-    """``(phrase ids, phrase texts, sources, encoded sources)`` of constrained input lines."""
-    from nmt_toolkit.generation.source_text import split_constraints
-
-    sources, phrases = split_constraints(lines, what)
-    encoded = translator.encode(sources, what)
-    return translator.encode_constraints(phrases, encoded, what), phrases, sources, encoded
 
 
 def text_route(configs: dict) -> Optional[dict]:
@@ -278,7 +278,8 @@ def generate(configs: dict) -> int:
                                  scores=not (io.quiet or io.plain), replicas=_ct2_replicas(configs))
     if io.attention_plot:
         _check_attention_plot(io, translator)
-    dataset, raw_sources, subset, itr, constraints = _dataset(io, translator)
+    translator, terms = constrained_translator(translator, gen, configs["terminology"])
+    dataset, raw_sources, subset, itr, constraints = _dataset(io, translator, terms)
     out = open_output(io, subset)
     printer = OrderedPrinter(None if io.quiet else out)
     collected = _Collected(translator, io, raw_sources, printer, constraints and constraints[1])
@@ -352,7 +353,8 @@ def _shard_from_torchrun(io: GenerateIOConfig) -> None:
 
 def groups(argv: Sequence[str] = ()):
     return [Group("common", CommonConfig), *task_groups(argv),
-            Group("generation", GenerationConfig, "generation options"), Group("io", GenerateIOConfig, "output options")]
+            Group("generation", GenerationConfig, "generation options"),
+            Group("terminology", TerminologyConfig, "terminology options"), Group("io", GenerateIOConfig, "output options")]
 
 
 def run(argv=None, prog: str = "nmt-generate") -> int:

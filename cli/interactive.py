@@ -20,9 +20,11 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import DecodeDeviceConfig, h_bpe_symbol, load_translator, task_groups
+from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, constrained_translator, h_bpe_symbol, load_translator,
+                                      task_groups)
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.generation.terminology import TerminologyConfig
 
 logger = logging.getLogger("nmt_toolkit.interactive")
 
@@ -56,7 +58,8 @@ def interactive(configs: dict) -> int:
         raise UsageError("--score-reference and --prefix-size need references; use nmt-generate")
     if io.threads is None and io.buffer_size < ONE_THREAD_BELOW:
         io.threads = 1
-    translator = load_translator(configs, need_attn=io.print_alignment)
+    translator, terms = constrained_translator(load_translator(configs, need_attn=io.print_alignment), gen,
+                                               configs["terminology"])
     what = "stdin" if io.input == "-" else f"--input {io.input}"
     source = iter_lines(io.input, None if io.input == "-" else f"--input {io.input}")
     next_id = 0
@@ -64,21 +67,19 @@ def interactive(configs: dict) -> int:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))
         if not chunk:
             break
-        chunk, phrases, results = _translate_buffer(translator, io, chunk, what, next_id)
+        chunk, phrases, results = _translate_buffer(translator, io, terms, chunk, what, next_id)
         sys.stdout.write("\n".join(_buffer_lines(translator, io, chunk, results, next_id, phrases)) + "\n")
         sys.stdout.flush()
         next_id += len(chunk)
     return 0
 
 
-def _translate_buffer(translator, io: InteractiveIOConfig, chunk: list[str], what: str, next_id: int):
+def _translate_buffer(translator, io: InteractiveIOConfig, terms, chunk: list[str], what: str, next_id: int):
     """One buffer as one batch: ``(sources, their constraints as text or None, results by line)``. With
-    --constraints each line is the source and, after TABs, the phrases its translation must contain."""
-    phrases = ids_of_phrases = None
-    if translator.gen.constraints != "off":
-        from nmt_toolkit.generation.source_text import split_constraints
-
-        chunk, phrases = split_constraints(chunk, what, first=next_id + 1)
+    --constraints each line is the source and, after TABs, the phrases its translation must contain; --glossary
+    and --keep add the phrases found in the source (``terms``)."""
+    ids_of_phrases = None
+    chunk, phrases = terms.split(chunk, what, first=next_id + 1)
     # a buffer is one batch of --buffer-size lines, so only the positions limit a line
     ids = translator.encode(chunk, what, first=next_id + 1, budget=False)
     if phrases is not None:
@@ -119,6 +120,7 @@ def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results
 def groups(argv: Sequence[str] = ()):
     return [Group("common", CommonConfig), *task_groups(argv),
             Group("generation", GenerationConfig, "generation options"),
+            Group("terminology", TerminologyConfig, "terminology options"),
             Group("io", InteractiveIOConfig, "input/output options")]
 
 

@@ -24,6 +24,7 @@ import sys
 from nmt_toolkit.cli.decoding import DecodeDeviceConfig, load_translator
 from nmt_toolkit.config import CommonConfig, Group, build_command
 from nmt_toolkit.generation.config import GenerationConfig
+from nmt_toolkit.generation.terminology import TerminologyConfig
 from nmt_toolkit.serving.config import ServeConfig
 
 logger = logging.getLogger("nmt_toolkit.serve")
@@ -33,6 +34,7 @@ def serve_command(configs: dict) -> int:
     import dataclasses
 
     from nmt_toolkit.errors import UsageError
+    from nmt_toolkit.generation.terminology import load_terminology
     from nmt_toolkit.serving.config import read_api_keys
     from nmt_toolkit.serving.server import bind, build_service, serve
 
@@ -41,13 +43,22 @@ def serve_command(configs: dict) -> int:
     cfg.validate()
     if gen.score_reference or gen.prefix_size:
         raise UsageError("--score-reference and --prefix-size need references; nmt-serve translates raw text")
+    if gen.constraints != "off":
+        raise UsageError("--constraints: a request's text carries no TAB-separated phrases; its phrases come from "
+                         "--glossary, --keep or the request's own glossary (/v1/translate)")
+    glossary, keep = load_terminology(configs["terminology"])
     keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
     sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
     try:
         cfg = dataclasses.replace(cfg, decode_workers=_decode_workers(configs))
         models = _load_models({**configs, "serve": cfg})
+        for model in models:
+            if (glossary is not None or keep is not None) and model.translator.models is None:
+                raise UsageError("--glossary and --keep need a constrained search, which the CTranslate2 engine "
+                                 "has not; use --engine torch")
+            model.translator.check_glossary(glossary)
         translator = models[0].translator
-        service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator))
+        service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator), glossary, keep)
         serve(service, metrics, sock)
     finally:
         sock.close()
@@ -120,6 +131,7 @@ def groups():
 
     return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
             Group("generation", GenerationConfig, "generation options (the server's defaults)"),
+            Group("terminology", TerminologyConfig, "terminology options (the served glossary and keep patterns)"),
             Group("device", DecodeDeviceConfig, "device options"), Group("serve", ServeConfig, "server options")]
 
 

@@ -69,25 +69,27 @@ def phrases_of(fields: Sequence[str], where: str) -> list[str]:
 
 def encode_phrases(phrases: Sequence[Sequence[str]], tgt_dict, codec, what: str, first: int = 1,
                    unit: str = "line") -> list[list[list[int]]]:
-    """Target phrases → token ids (no EOS), through the target side's subword model. A phrase that encodes
-    to nothing, or to a piece the target dictionary lacks (the model could only write it as ``<unk>``), is
-    a :class:`DataError` naming the line and the phrase."""
+    """Target phrases → token ids (no EOS), through the target side's subword model; each checked by
+    :func:`phrase_ids`, an error naming the line and the phrase."""
     out = []
     for i, row in enumerate(phrases):
         pieces = codec.encode_pieces_batch(list(row)) if codec is not None and row else [p.split() for p in row]
-        encoded = []
-        for k, (phrase, p) in enumerate(zip(row, pieces), 1):
-            ids = [int(t) for t in tgt_dict.encode_tokens(p)[:-1]]
-            where = f"{what} {unit} {first + i}: constraint {k} {phrase!r}"
-            if not ids:
-                raise DataError(f"{where} encodes to no target token")
-            if tgt_dict.unk() in ids:
-                missing = [piece for piece, t in zip(p, ids) if t == tgt_dict.unk()]
-                raise DataError(f"{where} has pieces the target dictionary lacks ({' '.join(missing)}): the "
-                                f"model could only write them as <unk>")
-            encoded.append(ids)
-        out.append(encoded)
+        out.append([phrase_ids(phrase, p, tgt_dict, f"{what} {unit} {first + i}: constraint {k} {phrase!r}")
+                    for k, (phrase, p) in enumerate(zip(row, pieces), 1)])
     return out
+
+
+def phrase_ids(phrase: str, pieces: Sequence[str], tgt_dict, where: str) -> list[int]:
+    """One phrase's ids. One that encodes to nothing, or to a piece the target dictionary lacks (the model
+    could only write it as ``<unk>``), is a :class:`DataError` naming ``where``."""
+    ids = [int(t) for t in tgt_dict.encode_tokens(pieces)[:-1]]
+    if not ids:
+        raise DataError(f"{where} encodes to no target token")
+    if tgt_dict.unk() in ids:
+        missing = [piece for piece, t in zip(pieces, ids) if t == tgt_dict.unk()]
+        raise DataError(f"{where} has pieces the target dictionary lacks ({' '.join(missing)}): the model could only "
+                        f"write them as <unk>")
+    return ids
 
 
 def check_phrase_room(phrases: Sequence[Sequence[Sequence[int]]], limits: Sequence[int], what: str,

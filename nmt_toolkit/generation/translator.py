@@ -214,15 +214,21 @@ class Translator:
         return self.gen.target_lang_tag or self.task.default_target_lang_tag()
 
     def translate(self, sentences: Sequence[str], constraints: Optional[Sequence[Sequence[str]]] = None,
-                  **options: Any) -> list[Translation]:
+                  glossary: Any = None, keep: Any = None, **options: Any) -> list[Translation]:
         """Translate ``sentences`` (a list of raw texts, one sentence each; a lone ``str`` is a TypeError, not a
         list of characters); results in input order. ``constraints``: for each sentence, the target phrases its
         translation must contain (lexically constrained beam search; in the given order unless the options say
-        ``constraints="unordered"``)."""
+        ``constraints="unordered"``). ``glossary`` (a :class:`~nmt_toolkit.generation.terminology.Glossary`, or
+        ``{source term: target term}``) and ``keep`` (regular expressions, or ``KeepPatterns``) add the target
+        terms of the source terms a sentence holds and its kept spans (in any order unless the options say)."""
         _check_sentence_list(sentences, "translate")
         if constraints is not None and len(constraints) != len(sentences):
             raise ValueError(f"Translator.translate: {len(constraints)} lists of constraints for {len(sentences)} "
                              f"sentences")
+        if glossary is not None or keep is not None:
+            constraints = self._with_terms(sentences, constraints, glossary, keep)
+            if constraints is not None and "constraints" not in options and self.gen.constraints == "off":
+                options["constraints"] = "unordered"
         translator = self.with_options(**options)
         if constraints is None:
             return list(translator._stream(sentences, 10_000, translator))
@@ -266,6 +272,33 @@ class Translator:
                     results[nonempty[sid]] = hyps[row]
         return [Translation(source, tuple(self.hypothesis(h) for h in results.get(i, ())))
                 for i, source in enumerate(sentences)]
+
+    def _with_terms(self, sentences: Sequence[str], constraints, glossary: Any, keep: Any):
+        """``constraints`` (or none) with each sentence's glossary terms and kept spans added."""
+        from nmt_toolkit.generation.terminology import Glossary, KeepPatterns, sentence_constraints
+
+        if glossary is not None and not isinstance(glossary, Glossary):
+            glossary = Glossary.from_pairs(glossary)
+        if keep is not None and not isinstance(keep, KeepPatterns):
+            keep = KeepPatterns(keep, "keep")
+        self.check_glossary(glossary)
+        extra = [sentence_constraints(s, glossary, keep) for s in sentences]
+        given = constraints or [[] for _ in sentences]
+        return [list(c) + [p for p in e if p not in c] for c, e in zip(given, extra)]
+
+    def check_glossary(self, glossary) -> None:
+        """Every target term of ``glossary`` (or None) encodes to target tokens the dictionary has: checked
+        once, an error naming the term's line (or entry), before any sentence needs it."""
+        from nmt_toolkit.generation.source_text import phrase_ids
+
+        if glossary is None:
+            return
+        codec = self.task.subword("target")
+        entries = glossary.targets()
+        pieces = codec.encode_pieces_batch([t for _, t in entries]) if codec is not None and entries else \
+            [t.split() for _, t in entries]
+        for (where, target), p in zip(entries, pieces):
+            phrase_ids(target, p, self.task.tgt_dict, f"{where}: target term {target!r}")
 
     def encode_constraints(self, phrases: Sequence[Sequence[str]], sources: Sequence[Any],
                            what: str = "input", first: int = 1, unit: str = "line") -> list[list[list[int]]]:

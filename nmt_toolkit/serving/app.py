@@ -73,7 +73,8 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         sentences = [s for lines in split for s in sentences_of(lines)]
         service.check_sentences(len(sentences))
         options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
-        results = iter(await service.translate(request, model, sentences, options, scores=False))
+        phrases = service.phrases(sentences)
+        results = iter(await service.translate(request, model, sentences, options, scores=False, phrases=phrases))
         out, alternatives = [], []
         for lines in split:
             hyps = [next(results) for _ in sentences_of(lines)]
@@ -112,11 +113,12 @@ def _native_routes(app: FastAPI, service: Service) -> None:
         fields = await _fields(request, service)
         req = parse(NativeTranslateRequest, fields)
         model = service.model_for(req.source, req.target)
-        options = req.model_dump(exclude_none=True, exclude={"sentences", "source", "target", "api_key"})
+        options = req.model_dump(exclude_none=True, exclude={"sentences", "source", "target", "api_key", "glossary"})
         service.check_search(options)
         service.check_chars(req.sentences)
         service.check_sentences(len(req.sentences))
-        results = await service.translate(request, model, req.sentences, options)
+        phrases = service.phrases(req.sentences, _request_glossary(req.glossary, service, model))
+        results = await service.translate(request, model, req.sentences, options, phrases=phrases)
         # a hypothesis with an infinite score is no translation (nothing finished: every path was forbidden);
         # JSON has no infinity, and the sentence is answered as an empty one is
         found = [[h for h in hyps if math.isfinite(h.score)] for hyps in results]
@@ -125,6 +127,23 @@ def _native_routes(app: FastAPI, service: Service) -> None:
                                   "hypotheses": [{"text": h.text, "score": h.score, "pieces": h.pieces,
                                                   "positional_scores": list(h.positional_scores)} for h in hyps]}
                                  for hyps in found]}
+
+
+def _request_glossary(pairs, service: Service, model):
+    """A request's own glossary (``{source term: target term}`` or ``[[source, target], …]``) under the
+    server's matching rules, its target terms checked against the model; None when it brings none."""
+    from nmt_toolkit.errors import NmtError
+    from nmt_toolkit.generation.terminology import Glossary
+
+    if pairs is None:
+        return None
+    rules = service.glossary or Glossary({})
+    try:
+        glossary = Glossary.from_pairs(pairs, rules.ignore_case, rules.whole_words)
+        model.translator.check_glossary(glossary)
+    except NmtError as exc:
+        raise RequestError(400, f"Invalid request: {exc}") from None
+    return glossary
 
 
 def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> None:

@@ -30,6 +30,7 @@ SERVER_ONLY = {
     "static_check_interval": "how the server's device runs the search is the server's setting",
     "cpu_packed_linear": "the model is prepared for the CPU once, at start",
     "cpu_batch_size": "the server forms its own batches from the requests it holds",
+    "constraints": "a request's phrases come from its glossary or the server's (--glossary, --keep), in any order",
 }
 
 #: translators with other options than the server's, kept for reuse (each shares the loaded model)
@@ -43,6 +44,19 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message
+
+
+class ConstrainedIds:
+    """An encoded sentence with the target phrases (ids) its translation must contain; as long as its ids
+    for the batcher's token budget."""
+
+    __slots__ = ("ids", "phrases")
+
+    def __init__(self, ids, phrases: list[list[int]]):
+        self.ids, self.phrases = ids, phrases
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class _OnOneTranslator:
@@ -88,6 +102,13 @@ class ServedModel(_OnOneTranslator):
         except NmtError as exc:
             raise RequestError(400, str(exc)) from None
 
+    def encode_constraints(self, phrases: Sequence[Sequence[str]], ids: Sequence) -> list:
+        """Each sentence's target phrases as ids; a phrase the model cannot write is a 400 naming it."""
+        try:
+            return self.translator.encode_constraints(phrases, ids, "request", unit="sentence")
+        except NmtError as exc:
+            raise RequestError(400, str(exc)) from None
+
     def options_key(self, options: dict[str, Any], scores: bool = True) -> tuple:
         """The request's search options as a hashable key, after checking them as nmt-generate checks its
         flags (a value out of range, nbest > beam …: a 400 naming the field); ``scores=False``: the answer
@@ -102,8 +123,11 @@ class ServedModel(_OnOneTranslator):
         import torch
 
         translator = self._variant(options)
+        phrases = None
+        if ids and isinstance(ids[0], ConstrainedIds):
+            phrases, ids = [x.phrases for x in ids], [x.ids for x in ids]
         with torch.inference_mode():
-            found = translator.translate_batch(translator.collate(ids), stop=stop)
+            found = translator.translate_batch(translator.collate(ids), stop=stop, constraints=phrases)
         return [tuple(translator.hypothesis(h) for h in hyps) for hyps in found]
 
     def _variant(self, key: tuple):

@@ -59,6 +59,10 @@ NativeTranslateRequest = create_model(
     source=(Optional[str], Field(None, description="source language (optional when the server has one pair)")),
     target=(Optional[str], Field(None, description="target language (optional when the server has one pair)")),
     **_search_option_fields(),
+    glossary=(Optional[Union[dict[str, str], list[list[str]]]],
+              Field(None, description="source term -> target term ({\"term\": \"Term\"} or [[\"term\", \"Term\"]]): "
+                                      "each target term whose source term a sentence holds must appear in its "
+                                      "translation; replaces the server's --glossary ({} for none)")),
     api_key=(Optional[str], None),
 )
 

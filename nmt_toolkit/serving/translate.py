@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 
 from nmt_toolkit.serving.batcher import DynamicBatcher
 from nmt_toolkit.serving.config import ServeConfig
-from nmt_toolkit.serving.models import ModelPool, RequestError, ServedModel
+from nmt_toolkit.serving.models import ConstrainedIds, ModelPool, RequestError, ServedModel
 
 #: the status a request gets when its client went away first (nginx's "client closed request"): nobody
 #: reads it, but the metrics count it apart from real errors
@@ -23,6 +23,8 @@ class Service:
     batcher: DynamicBatcher
     cfg: ServeConfig
     keys: Optional[frozenset[str]] = None
+    glossary: Any = None  # the served glossary (--glossary) and keep patterns (--keep): every request's
+    keep: Any = None      # terms unless a /v1/translate request brings its own glossary
 
     def model_for(self, source: Optional[str], target: Optional[str]) -> ServedModel:
         if source == "auto":
@@ -57,12 +59,29 @@ class Service:
             raise RequestError(400, f"Invalid request: nbest {nbest} is over the server's --max-nbest "
                                     f"{self.cfg.max_nbest}")
 
+    def phrases(self, sentences: Sequence[str], glossary: Any = None) -> Optional[list[list[str]]]:
+        """Each sentence's target phrases from ``glossary`` (else the served one) and the served keep
+        patterns, or None when there are none at all."""
+        from nmt_toolkit.generation.terminology import sentence_constraints
+
+        glossary = self.glossary if glossary is None else glossary
+        if glossary is None and self.keep is None:
+            return None
+        found = [sentence_constraints(s, glossary, self.keep) for s in sentences]
+        return found if any(found) else None
+
     async def translate(self, request, model: ServedModel, sentences: Sequence[str],
-                        options: dict[str, Any], scores: bool = True) -> list[tuple]:
+                        options: dict[str, Any], scores: bool = True,
+                        phrases: Optional[Sequence[Sequence[str]]] = None) -> list[tuple]:
         """Each sentence's hypotheses (best first; none for an empty sentence), in order; ``scores=False``:
-        their per-token scores are not wanted (NaN where the engine would compute them apart)."""
-        key = (model.source, model.target, model.options_key(options, scores))
+        their per-token scores are not wanted (NaN where the engine would compute them apart). ``phrases``:
+        each sentence's target phrases its translation must contain (a constrained search, in any order)."""
         ids = model.encode(sentences)
+        if phrases is not None:
+            wanted = model.encode_constraints(phrases, ids)
+            ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
+            options = {**options, "constraints": "unordered"}
+        key = (model.source, model.target, model.options_key(options, scores))
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty sentence has only its EOS
         future = self.batcher.submit(key, [ids[i] for i in nonempty])
         found = await self._wait(request, future)
