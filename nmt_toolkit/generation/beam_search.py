@@ -184,7 +184,26 @@ class SequenceGenerator:
                 if keep.numel() == 0:
                     break
             self._advance(b, step, act_scores, act_rows, act_tokens, keep)
-        return collect_hypotheses(b.fin, src_lengths, self.cfg.nbest, self.eos)
+        found = collect_hypotheses(b.fin, src_lengths, self.cfg.nbest, self.eos)
+        if constraints is not None:
+            self._without_unmet_constraints(found, constraints, src_tokens, src_lengths, prefix_tokens, need_attn,
+                                            stop)
+        return found
+
+    def _without_unmet_constraints(self, found, constraints, src_tokens, src_lengths, prefix_tokens, need_attn,
+                                   stop) -> None:
+        """A sentence none of whose hypotheses met its constraints by its length limit has finished nothing
+        (fairseq stops there with an assertion error): it is translated again without them, with a warning."""
+        unmet = [i for i, hyps in enumerate(found) if constraints[i] and hyps[0]["score"] == NEG_INF]
+        if not unmet:
+            return
+        logger.warning("%d sentence(s) met their constraints within no output-length limit: translated without "
+                       "them", len(unmet))
+        index = torch.tensor(unmet, device=src_tokens.device)
+        prefix = None if prefix_tokens is None else prefix_tokens[index]
+        again = self.generate(src_tokens[index], src_lengths[index], prefix, need_attn, stop)
+        for i, hyps in zip(unmet, again):
+            found[i] = hyps
 
     def _start(self, src_tokens, src_lengths, prefix_tokens, need_attn) -> _Batch:
         """Encode the batch and allocate the search's state: one row per sentence, nothing finished."""

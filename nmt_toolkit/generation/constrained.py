@@ -18,12 +18,11 @@ the search's rows. It runs the per-sentence bookkeeping in Python, as fairseq do
 hundred small tensor operations per sentence, so constrained decoding is several times slower than plain
 beam search (docs/generation-and-scoring.md measures it).
 
-Two places differ from fairseq on purpose. fairseq forbids EOS to a hypothesis with constraints left even
-at its length limit, where EOS is the only token allowed, and then stops with an assertion error; here a
-hypothesis at its limit may end, so the sentence gets an output that lacks a constraint (the programs
-refuse beforehand constraints that cannot fit the limit, and say when it happens anyway). And the search's
-habit of placing a continuing hypothesis in its parent's row (a cheaper decoder-cache reorder) is not used,
-so that the rows, and with them the order of ties, are fairseq's.
+A sentence none of whose hypotheses has met its constraints by its length limit finishes nothing: fairseq
+stops there with an assertion error; here the search (beam_search.py) translates such sentences again
+without their constraints and says so (the programs refuse beforehand constraints longer than the limit).
+The search's habit of placing a continuing hypothesis in its parent's row (a cheaper decoder-cache reorder)
+is not used, so that the rows, and with them the order of ties, are fairseq's.
 """
 from __future__ import annotations
 
@@ -200,7 +199,8 @@ class ConstrainedBeamStrategy(BeamStrategy):
 
     def candidates(self, lprobs: torch.Tensor, prev: Optional[torch.Tensor], n: int, width: int):
         vocab = lprobs.size(-1)
-        lprobs = self._forbid_early_eos(lprobs)
+        if prev is not None:  # fairseq's first step lets every hypothesis end (--min-len forbids it there)
+            lprobs = self._forbid_early_eos(lprobs)
         cum = lprobs if prev is None else lprobs + prev.unsqueeze(1)
         cum = cum.view(n, width, vocab)
         ncand = min(2 * self.beam, width * vocab - 1)
@@ -216,14 +216,12 @@ class ConstrainedBeamStrategy(BeamStrategy):
         return tuple(torch.stack([o[j] for o in out]) for j in range(3))
 
     def _forbid_early_eos(self, lprobs: torch.Tensor) -> torch.Tensor:
-        """EOS is no candidate for a hypothesis with constraints left, unless it is at its length limit (EOS
-        its only token there)."""
+        """EOS is no candidate for a hypothesis with constraints left (at its length limit, where EOS is the
+        only token allowed, it then has no candidate at all)."""
         rows = [r for r, state in enumerate(s for sent in self.states for s in sent) if not state.finished]
         if not rows:
             return lprobs
         rows = torch.tensor(rows, device=lprobs.device)
-        others = torch.cat((lprobs[rows, : self.eos], lprobs[rows, self.eos + 1:]), dim=1)
-        rows = rows[others.max(dim=1).values > NEG_INF]
         lprobs = lprobs.clone()
         lprobs[rows, self.eos] = NEG_INF
         return lprobs
@@ -261,7 +259,3 @@ class ConstrainedBeamStrategy(BeamStrategy):
         keep = super().survivors(done)
         self.states = [self.states[j] for j in keep.tolist()]
         return keep
-
-    def unmet(self) -> list[bool]:
-        """Per active sentence: whether its best hypothesis has constraints left (read before it ends)."""
-        return [not sent[0].finished for sent in self.states]
