@@ -95,7 +95,8 @@ BAD = [
     ("target missing", {"q": "A dog.", "source": "en"}, 400, "missing target"),
     ("unknown source", {"q": "A dog.", "source": "xx", "target": "de"}, 400, "xx is not supported"),
     ("unknown target", {"q": "A dog.", "source": "en", "target": "fr"}, 400, "fr is not supported"),
-    ("auto source", {"q": "A dog.", "source": "auto", "target": "de"}, 400, "language identifier"),
+    ("auto source, a text in the target language", {"q": "Ein Hund läuft.", "source": "auto", "target": "de"}, 400,
+     "detected as de"),
     ("html", {"q": "<b>A dog.</b>", "source": "en", "target": "de", "format": "html"}, 400, "html"),
     ("alternatives not a number", {"q": "A dog.", "source": "en", "target": "de", "alternatives": "x"}, 400,
      "alternatives"),
@@ -116,6 +117,7 @@ BAD_NATIVE = [
      "temperature"),
     ("too long a sentence", {"sentences": [" ".join(["dog"] * 1100)]}, 400, "request sentence 1"),
     ("too many sentences", {"sentences": ["A dog."] * 51}, 400, "--max-sentences"),
+    ("source auto", {"sentences": ["A dog."], "source": "auto", "target": "de"}, 400, "name the source language"),
 ]
 
 
@@ -165,7 +167,7 @@ def test_metrics_move_with_requests(server):
 
 def test_the_openapi_document_lists_the_endpoints(server):
     paths = httpx.get(server.url + "/openapi.json").json()["paths"]
-    assert {"/translate", "/languages", "/v1/translate", "/health", "/metrics"} <= set(paths)
+    assert {"/translate", "/detect", "/languages", "/v1/translate", "/health", "/metrics"} <= set(paths)
     schema = paths["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"sentences", "beam", "nbest", "lenpen", "sampling"} <= set(schema["properties"])
 
@@ -214,6 +216,8 @@ def test_api_keys(trained_translation, tmp_path):
         bearer = post_json(process.url + "/v1/translate", {"sentences": ["A dog."]},
                            headers={"Authorization": "Bearer secret-1"})
         assert bearer.status_code == 200
+        assert post_json(process.url + "/detect", {"q": "A dog runs."}).status_code == 401
+        assert LibreTranslateAPI(process.url, api_key="secret-2").detect("A dog runs.")[0]["language"] == "en"
         assert post_json(process.url + "/v1/translate", {"sentences": ["A dog."]}).status_code == 401
         assert LibreTranslateAPI(process.url, api_key="secret-1").translate("A dog runs.", "en", "de")
         assert httpx.get(process.url + "/health").status_code == 200  # health and languages need no key

@@ -94,6 +94,21 @@ def test_libretranslate_translates_any_two_languages(server, translators, tiny):
             [r.text for r in translators[(source, target)].translate(lines)]
 
 
+def test_auto_translates_each_text_from_its_own_language(server, translators, tiny):
+    """source auto over English and German texts in one request: each text's language is identified among
+    the model's (de, en, fr), and each is translated by its own direction as the Translator translates it
+    from its true language; the two directions are waited for together."""
+    pytest.importorskip("py3langid", reason="language identification needs the [serve] extra")
+    pairs = [(en, de) for en, de in zip(tiny.lines("en"), tiny.lines("de")) if min(len(en), len(de)) > 40][:3]
+    texts = [text for pair in pairs for text in pair]
+    languages = ["en", "de"] * len(pairs)
+    answer = post_json(server.url + "/translate", {"q": texts, "source": "auto", "target": "fr"})
+    assert answer.status_code == 200, answer.text
+    assert [d["language"] for d in answer.json()["detectedLanguage"]] == languages
+    expected = [translators[(language, "fr")].translate([text])[0].text for language, text in zip(languages, texts)]
+    assert answer.json()["translatedText"] == expected
+
+
 @pytest.mark.parametrize("source, target, error", [
     ("cs", "de", "cs is not supported"),
     ("en", "cs", "cs is not supported"),

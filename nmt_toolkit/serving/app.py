@@ -1,5 +1,6 @@
-"""The HTTP application: LibreTranslate's ``/translate`` and ``/languages``, the native ``/v1/translate``,
-``/health``, ``/metrics``, the web page at ``/`` and FastAPI's OpenAPI document (``/openapi.json``, ``/docs``).
+"""The HTTP application: LibreTranslate's ``/translate``, ``/detect`` and ``/languages``, the native
+``/v1/translate``, ``/health``, ``/metrics``, the web page at ``/`` and FastAPI's OpenAPI document
+(``/openapi.json``, ``/docs``).
 
 Errors have LibreTranslate's shape, ``{"error": "one line"}``, on every path (404 and 405 included)."""
 from __future__ import annotations
@@ -18,12 +19,13 @@ from nmt_toolkit.config import shown_value
 from nmt_toolkit.serving.languages import language_name
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
-from nmt_toolkit.serving.requests import (LibreTranslateRequest, NativeTranslateRequest, check_api_key, fields_of,
-                                          parse, read_body)
+from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest, check_api_key,
+                                          fields_of, parse, read_body)
 from nmt_toolkit.serving.text import join_text, sentences_of, split_text
-from nmt_toolkit.serving.translate import Service
+from nmt_toolkit.serving.translate import DirectionJob, Service
 
-ENDPOINTS = ("/", "/translate", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json", "/docs")
+ENDPOINTS = ("/", "/translate", "/detect", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json",
+             "/docs")
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
@@ -54,8 +56,9 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
     @app.post("/translate", openapi_extra=_body_schema(LibreTranslateRequest),
               responses={400: {"description": "bad request: {\"error\": …}"}, 401: {"description": "no valid key"}})
     async def translate(request: Request):
-        """LibreTranslate's translate: ``q`` (a text or a list), ``source``, ``target`` → ``translatedText``.
-        Texts are split into lines and sentences, translated, and re-joined with their whitespace."""
+        """LibreTranslate's translate: ``q`` (a text or a list), ``source`` (or ``auto``), ``target`` →
+        ``translatedText`` (and ``detectedLanguage`` for ``auto``). Texts are split into lines and sentences,
+        translated, and re-joined with their whitespace."""
         fields = await _fields(request, service)
         req = parse(LibreTranslateRequest, fields)
         if not req.q:
@@ -64,32 +67,83 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
             raise RequestError(400, f"{shown_value(req.format)} format is not supported")
         if req.format == "html":
             raise RequestError(400, "html format is not supported by this server (only text)")
-        model = service.model_for(req.source, req.target)
         texts = req.q if isinstance(req.q, list) else [req.q]
         nbest = req.alternatives + 1
         service.check_search({"nbest": nbest})
-        service.check_chars(texts)  # before splitting: the split's cost grows with the text
-        split = await asyncio.to_thread(lambda: [split_text(text, model.source) for text in texts])
-        sentences = [s for lines in split for s in sentences_of(lines)]
-        service.check_sentences(len(sentences))
-        options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
-        phrases = service.phrases(sentences)
-        results = iter(await service.translate(request, model, sentences, options, scores=False, phrases=phrases))
+        service.check_chars(texts)  # before splitting or detecting: their cost grows with the text
+        detected = await service.detect_sources(texts) if req.source == "auto" else None
+        models = _models_for(service, texts, req.source, req.target, detected)
+        translated = await _translate_texts(request, service, texts, models, nbest)
         out, alternatives = [], []
-        for lines in split:
-            hyps = [next(results) for _ in sentences_of(lines)]
+        for lines, hyps in translated:
             out.append(join_text(lines, [h[0].text if h else "" for h in hyps]))
             alternatives.append(_alternatives(lines, hyps, out[-1], req.alternatives))
         body = {"translatedText": out if isinstance(req.q, list) else out[0]}
         if req.alternatives > 0:
             body["alternatives"] = alternatives if isinstance(req.q, list) else alternatives[0]
+        if detected is not None:
+            found = [{"confidence": confidence, "language": code} for code, confidence in detected]
+            body["detectedLanguage"] = found if isinstance(req.q, list) else found[0]
         return body
+
+    @app.post("/detect", openapi_extra=_body_schema(DetectRequest),
+              responses={400: {"description": "bad request: {\"error\": …}"}, 401: {"description": "no valid key"}})
+    async def detect(request: Request):
+        """LibreTranslate's detect: ``q`` → ``[{"confidence": 0-100, "language": code}, …]``, the served
+        languages the identifier knows, best first (a list of texts is identified as one text)."""
+        fields = await _fields(request, service)
+        req = parse(DetectRequest, fields)
+        texts = req.q if isinstance(req.q, list) else [req.q]
+        if not any(texts):
+            raise RequestError(400, "Invalid request: missing q parameter")
+        service.check_chars(texts)
+        found = await service.detect("\n".join(texts))
+        return [{"confidence": confidence, "language": code} for code, confidence in found]
 
     @app.get("/languages")
     async def languages():
         """LibreTranslate's languages: each source language with the targets it translates into."""
         return [{"code": code, "name": language_name(code), "targets": targets}
                 for code, targets in service.pool.languages().items()]
+
+
+def _models_for(service: Service, texts, source: str, target: str, detected) -> list:
+    """Each text's served direction: ``source`` → ``target``, or with ``auto`` its detected language →
+    ``target``; a direction the server lacks is LibreTranslate's 400, which for a detected language says so."""
+    if detected is None:
+        return [service.model_for(source, target)] * len(texts)
+    models = []
+    for code, confidence in detected:
+        try:
+            models.append(service.model_for(code, target))
+        except RequestError as exc:
+            raise RequestError(exc.status, f"{exc.message} (source auto: the text was detected as {code}, "
+                                           f"confidence {confidence:g})") from None
+    return models
+
+
+async def _translate_texts(request: Request, service: Service, texts, models, nbest: int) -> list[tuple]:
+    """Each text as ``(lines, hypotheses of each of its sentences)``: split by its own language's rules,
+    its sentences translated in the batches of their direction (a request of several directions waits
+    for all of them at once)."""
+    split = await asyncio.to_thread(lambda: [split_text(text, model.source) for text, model in zip(texts, models)])
+    service.check_sentences(sum(len(sentences_of(lines)) for lines in split))
+    by_direction: dict[str, list[int]] = {}
+    for i, model in enumerate(models):
+        by_direction.setdefault(model.name, []).append(i)
+    jobs = []
+    for indices in by_direction.values():
+        model = models[indices[0]]
+        sentences = [s for i in indices for s in sentences_of(split[i])]
+        options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
+        jobs.append(DirectionJob(model, sentences, options, service.phrases(sentences)))
+    found = await service.translate_jobs(request, jobs, scores=False)
+    hyps: list = [None] * len(texts)
+    for indices, results in zip(by_direction.values(), found):
+        results = iter(results)
+        for i in indices:
+            hyps[i] = [next(results) for _ in sentences_of(split[i])]
+    return list(zip(split, hyps))
 
 
 def _alternatives(lines, hyps: list[tuple], best: str, wanted: int) -> list[str]:

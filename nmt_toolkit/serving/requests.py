@@ -25,10 +25,20 @@ class LibreTranslateRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     q: Union[str, list[str]] = Field(description="the text, or a list of texts")
-    source: str = Field(description="source language code ('auto' needs a language identifier)")
+    source: str = Field(description="source language code, or 'auto': the language of each text, identified among "
+                                    "the served ones")
     target: str = Field(description="target language code")
     format: str = Field("text", description="text (html is not supported)")
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
+    api_key: Optional[str] = None
+
+
+class DetectRequest(BaseModel):
+    """``POST /detect`` as LibreTranslate takes it (JSON or a form)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    q: Union[str, list[str]] = Field(description="the text (a list of texts is identified as one text)")
     api_key: Optional[str] = None
 
 

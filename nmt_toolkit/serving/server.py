@@ -12,6 +12,7 @@ from typing import Callable, Optional, Sequence, Union
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.serving.batcher import DynamicBatcher
 from nmt_toolkit.serving.config import ServeConfig
+from nmt_toolkit.serving.detect import LIBRARY, Detector
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import ModelPool, MultilingualModel, ServedModel
 from nmt_toolkit.serving.translate import Service
@@ -52,7 +53,27 @@ def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: 
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
                              max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers or 1,
                              thread_setup=thread_setup, observer=metrics)
-    return Service(pool, batcher, cfg, keys, glossary, keep), metrics
+    return Service(pool, batcher, cfg, keys, glossary, keep, open_detector(list(pool.languages()))), metrics
+
+
+def open_detector(languages: Sequence[str]) -> Optional[Detector]:
+    """The language identifier of the served languages (/detect, source auto), or None when its library is
+    missing: the server still translates, and those requests get a 400 that names the library."""
+    try:
+        detector = Detector(languages)
+    except ImportError as exc:
+        logger.warning("no language identification (/detect, source auto): %s (pip install %s)", exc, LIBRARY)
+        return None
+    logger.info("language identification (%s) for %s%s", LIBRARY, _listed(detector.languages),
+                f"; not for {_listed(detector.unknown)}" if detector.unknown else "")
+    return detector
+
+
+def _listed(codes: Sequence[str]) -> str:
+    """Codes for a log line: a model of hundreds of languages by their number."""
+    if not codes:
+        return "no served language"
+    return ", ".join(codes) if len(codes) <= 12 else f"{len(codes)} languages"
 
 
 def serve(service: Service, metrics: ServerMetrics, sock: socket.socket) -> None:

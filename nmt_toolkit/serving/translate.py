@@ -8,11 +8,15 @@ from typing import Any, Optional, Sequence
 
 from nmt_toolkit.serving.batcher import DynamicBatcher
 from nmt_toolkit.serving.config import ServeConfig
+from nmt_toolkit.serving.detect import LIBRARY, Detector
 from nmt_toolkit.serving.models import ConstrainedIds, ModelPool, RequestError, ServedModel
 
 #: the status a request gets when its client went away first (nginx's "client closed request"): nobody
 #: reads it, but the metrics count it apart from real errors
 CLIENT_GONE = 499
+
+#: texts of at most this many characters are identified together with the request's other texts
+SHORT_TEXT = 40
 
 
 @dataclass
@@ -25,18 +29,49 @@ class Service:
     keys: Optional[frozenset[str]] = None
     glossary: Any = None  # the served glossary (--glossary) and keep patterns (--keep): every request's
     keep: Any = None      # terms unless a /v1/translate request brings its own glossary
+    detector: Optional[Detector] = None  # the served languages' identifier; None without its library
 
     def model_for(self, source: Optional[str], target: Optional[str]) -> ServedModel:
+        """The served direction ``source`` → ``target`` (either may be left out when the server has one pair);
+        ``auto`` is detected per text by the endpoint first (:meth:`detect_sources`), so here it is a 400."""
         if source == "auto":
-            codes = ", ".join(sorted(code for code, targets in self.pool.languages().items() if targets))
-            raise RequestError(400, f"source auto: this server has no language identifier; name the source "
-                                    f"language ({codes})")
+            raise RequestError(400, "Invalid request: source auto is for /translate (LibreTranslate's API); name "
+                                    "the source language here")
         if source is None or target is None:
             pairs = self.pool.pairs()
             if len(pairs) != 1:
                 raise RequestError(400, "Invalid request: name source and target (the server has several pairs)")
             source, target = source or pairs[0][0], target or pairs[0][1]
         return self.pool.get(source, target)
+
+    async def detect(self, text: str) -> list[tuple[str, float]]:
+        """The served languages ``text`` may be in, ``[(code, confidence 0-100), …]`` best first, found off
+        the event loop (the identifier's time grows with the text)."""
+        detector = self._detector()
+        return await asyncio.to_thread(detector.detect, text)
+
+    async def detect_sources(self, texts: Sequence[str]) -> list[tuple[str, float]]:
+        """Each text's best served language and its confidence. A text of :data:`SHORT_TEXT` characters or
+        fewer takes the answer for all the texts together, as LibreTranslate does: a few words alone are
+        often too little to tell languages apart."""
+        detector = self._detector()
+
+        def run():
+            short = [t for t in texts if len(t) <= SHORT_TEXT]
+            together = detector.detect("\n".join(texts))[0] if short else None
+            return [detector.detect(t)[0] if len(t) > SHORT_TEXT else together for t in texts]
+
+        return await asyncio.to_thread(run)
+
+    def _detector(self) -> Detector:
+        if self.detector is None:
+            raise RequestError(400, f"this server has no language identifier ({LIBRARY} is not installed); name "
+                                    f"the source language")
+        if not self.detector.languages:
+            codes = ", ".join(self.detector.unknown[:8])
+            raise RequestError(400, f"the language identifier knows none of the served languages ({codes}); name "
+                                    f"the source language")
+        return self.detector
 
     def check_chars(self, texts: Sequence[str]) -> None:
         """The request's characters within --max-chars: checked first, before any work that grows with them."""
@@ -76,19 +111,35 @@ class Service:
         """Each sentence's hypotheses (best first; none for an empty sentence), in order; ``scores=False``:
         their per-token scores are not wanted (NaN where the engine would compute them apart). ``phrases``:
         each sentence's target phrases its translation must contain (a constrained search, in any order)."""
-        ids = model.encode(sentences)
-        if phrases is not None:
-            wanted = model.encode_constraints(phrases, ids)
-            ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
-            options = {**options, "constraints": "unordered"}
-        key = (model.source, model.target, model.options_key(options, scores))
-        nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty sentence has only its EOS
-        future = self.batcher.submit(key, [ids[i] for i in nonempty])
-        found = await self._wait(request, future)
-        results: list[tuple] = [()] * len(sentences)
-        for i, hyps in zip(nonempty, found):
-            results[i] = hyps
-        return results
+        return (await self.translate_jobs(request, [DirectionJob(model, sentences, options, phrases)], scores))[0]
+
+    async def translate_jobs(self, request, jobs: Sequence[DirectionJob], scores: bool = True) -> list[list[tuple]]:
+        """Several directions' sentences at once (a request whose texts are in several languages): each job's
+        hypotheses as :meth:`translate` gives them. Every job is encoded before any is queued, so a sentence
+        the model refuses (a 400) leaves nothing queued; they are then decoded alongside each other and
+        waited for together, within one --request-timeout."""
+        queued = []
+        for job in jobs:
+            ids, options = job.model.encode(job.sentences), job.options
+            if job.phrases is not None:
+                wanted = job.model.encode_constraints(job.phrases, ids)
+                ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
+                options = {**options, "constraints": "unordered"}
+            key = (job.model.source, job.model.target, job.model.options_key(options, scores))
+            queued.append((key, ids, [i for i, x in enumerate(ids) if len(x) > 1]))  # empty: only its EOS
+        futures = [self.batcher.submit(key, [ids[i] for i in nonempty]) for key, ids, nonempty in queued]
+        try:
+            found = await self._wait(request, asyncio.gather(*futures))
+        finally:
+            for future in futures:  # one failed: the others are not waited for either
+                future.cancel()
+        answers = []
+        for (_, ids, nonempty), hyps_of in zip(queued, found):
+            results: list[tuple] = [()] * len(ids)
+            for i, hyps in zip(nonempty, hyps_of):
+                results[i] = hyps
+            answers.append(results)
+        return answers
 
     async def _wait(self, request, future: asyncio.Future) -> list:
         """The future's result; 503 after --request-timeout, :data:`CLIENT_GONE` when the client disconnects.
@@ -106,6 +157,16 @@ class Service:
             raise RequestError(CLIENT_GONE, "client disconnected")
         raise RequestError(503, f"Translation timed out after {self.cfg.request_timeout:g} s (the server's "
                                 f"--request-timeout); the server is busy, try again later")
+
+
+@dataclass
+class DirectionJob:
+    """One direction's share of a request: its sentences, search options and target phrases (or None)."""
+
+    model: ServedModel
+    sentences: Sequence[str]
+    options: dict[str, Any]
+    phrases: Optional[Sequence[Sequence[str]]] = None
 
 
 async def _disconnected(request) -> None:
