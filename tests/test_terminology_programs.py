@@ -97,6 +97,8 @@ def test_kept_spans_are_copied_verbatim(trained_translation, translator, tmp_pat
      "stdin line 2: its constraints take"),
     (["A dog runs.\tKATZE"], ["--constraints", "unordered"], "stdin line 1: constraint 1 'KATZE' has pieces the "
                                                             "target dictionary lacks"),
+    (["A dog runs.\t\u200b"], ["--constraints", "ordered"],  # a zero-width space: sentencepiece drops it
+     "stdin line 1: constraint 1 '\\u200b' encodes to no target token"),
 ])
 def test_bad_constraints_are_one_line_naming_the_line(trained_translation, lines, extra, message):
     t = trained_translation
@@ -110,6 +112,7 @@ def test_bad_constraints_are_one_line_naming_the_line(trained_translation, lines
     ("dog\tCAT\nred ball\n", "g.tsv:2: expected 'source<TAB>target', found 1 field"),
     ("dog\tKATZE\n", "g.tsv:1: target term 'KATZE' has pieces the target dictionary lacks"),
     ("dog\tCAT\ndog\tHOUSE\n", "g.tsv:2: source term"),
+    ("dog\t\u200b\n", "g.tsv:1: target term '\\u200b' encodes to no target token"),
 ])
 def test_a_bad_glossary_is_one_line_before_anything_is_translated(trained_translation, tmp_path, glossary, message):
     t = trained_translation
