@@ -155,3 +155,22 @@ def test_the_server_applies_its_glossary_and_a_requests_own(trained_translation,
         assert httpx.get(server.url + "/health").status_code == 200  # and it goes on serving
     finally:
         assert server.terminate() == 0
+
+
+def test_a_batch_without_phrases_takes_the_plain_search(translator, sources, monkeypatch):
+    from nmt_toolkit.generation.beam_search import SequenceGenerator
+
+    seen = []
+    generate = SequenceGenerator.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("constraints"))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SequenceGenerator, "generate", spy)
+    plain = [r.text for r in translator.translate(sources[:4], constraints=[[], [], [], []])]
+    assert seen and all(c is None for c in seen)
+    assert plain == [r.text for r in translator.translate(sources[:4])]
+    seen.clear()
+    translator.translate(sources[:2], constraints=[["CAT"], []])
+    assert seen[0] is not None and sorted(len(c) for c in seen[0]) == [0, 1]

@@ -361,8 +361,9 @@ class Translator:
         is asked between the torch engine's search steps: true, the search ends with ``SearchStopped`` (a
         server's request that timed out); CTranslate2 searches a batch in one call, asked before it."""
         search = {} if stop is None or self.models is None else {"stop": stop}
-        if constraints is not None:
-            search["constraints"] = [constraints[i] for i in sample["id"].tolist()]
+        wanted = None if constraints is None else [constraints[i] for i in sample["id"].tolist()]
+        if wanted is not None and any(wanted):  # a batch without phrases takes the plain (faster) search
+            search["constraints"] = wanted
         if stop is not None and self.models is None:
             from nmt_toolkit.generation.search_steps import check_stop
 
