@@ -72,7 +72,7 @@ def test_constraints_after_tabs_in_nmt_interactive_equal_the_translators(trained
     shown = [line.split("\t") for line in done.stdout.splitlines()]
     assert [row[1] for row in shown if row[0].startswith("C-")] == [p for w in wanted for p in w]
     answers = [row[2] for row in shown if row[0].startswith("D-")]
-    expected = translator.translate(sources[:3], constraints=wanted)
+    expected = translator.translate(sources[:3], phrases=wanted)
     assert answers == [r.text for r in expected]
     for text, phrases in zip(answers, wanted):
         assert _holds(text, phrases, ordered=True), (text, phrases)
@@ -168,9 +168,9 @@ def test_a_batch_without_phrases_takes_the_plain_search(translator, sources, mon
         return generate(self, *args, **kwargs)
 
     monkeypatch.setattr(SequenceGenerator, "generate", spy)
-    plain = [r.text for r in translator.translate(sources[:4], constraints=[[], [], [], []])]
+    plain = [r.text for r in translator.translate(sources[:4], phrases=[[], [], [], []])]
     assert seen and all(c is None for c in seen)
     assert plain == [r.text for r in translator.translate(sources[:4])]
     seen.clear()
-    translator.translate(sources[:2], constraints=[["CAT"], []])
+    translator.translate(sources[:2], phrases=[["CAT"], []])
     assert seen[0] is not None and sorted(len(c) for c in seen[0]) == [0, 1]

@@ -213,26 +213,25 @@ class Translator:
             check_language_tag(self.gen.target_lang_tag, self.task.src_dict.symbols, "--target-lang-tag", UsageError)
         return self.gen.target_lang_tag or self.task.default_target_lang_tag()
 
-    def translate(self, sentences: Sequence[str], constraints: Optional[Sequence[Sequence[str]]] = None,
+    def translate(self, sentences: Sequence[str], phrases: Optional[Sequence[Sequence[str]]] = None,
                   glossary: Any = None, keep: Any = None, **options: Any) -> list[Translation]:
         """Translate ``sentences`` (a list of raw texts, one sentence each; a lone ``str`` is a TypeError, not a
-        list of characters); results in input order. ``constraints``: for each sentence, the target phrases its
+        list of characters); results in input order. ``phrases``: for each sentence, the target phrases its
         translation must contain (lexically constrained beam search; in the given order unless the options say
         ``constraints="unordered"``). ``glossary`` (a :class:`~nmt_toolkit.generation.terminology.Glossary`, or
         ``{source term: target term}``) and ``keep`` (regular expressions, or ``KeepPatterns``) add the target
         terms of the source terms a sentence holds and its kept spans (in any order unless the options say)."""
         _check_sentence_list(sentences, "translate")
-        if constraints is not None and len(constraints) != len(sentences):
-            raise ValueError(f"Translator.translate: {len(constraints)} lists of constraints for {len(sentences)} "
-                             f"sentences")
+        if phrases is not None and len(phrases) != len(sentences):
+            raise ValueError(f"Translator.translate: {len(phrases)} lists of phrases for {len(sentences)} sentences")
         if glossary is not None or keep is not None:
-            constraints = self._with_terms(sentences, constraints, glossary, keep)
-            if constraints is not None and "constraints" not in options and self.gen.constraints == "off":
+            phrases = self._with_terms(sentences, phrases, glossary, keep)
+            if "constraints" not in options and self.gen.constraints == "off":
                 options["constraints"] = "unordered"
         translator = self.with_options(**options)
-        if constraints is None:
+        if phrases is None:
             return list(translator._stream(sentences, 10_000, translator))
-        return translator._translate_chunk(list(sentences), 1, [list(c) for c in constraints])
+        return translator._translate_chunk(list(sentences), 1, [list(c) for c in phrases])
 
     def translate_stream(self, sentences: Iterable[str], chunk_size: int = 10_000,
                          **options: Any) -> Iterator[Translation]:
@@ -257,13 +256,12 @@ class Translator:
             yield from translator._translate_chunk(chunk, done + 1)
 
     def _translate_chunk(self, sentences: list[str], first: int,
-                         constraints: Optional[list[list[str]]] = None) -> list[Translation]:
+                         phrases: Optional[list[list[str]]] = None) -> list[Translation]:
         ids = self.encode(sentences, "Translator input", first, unit="sentence")
         results: dict[int, list[dict]] = {}
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty line has only its EOS
-        phrases = None
-        if constraints is not None:
-            phrases = self.encode_constraints(constraints, ids, "Translator input", first, unit="sentence")
+        if phrases is not None:
+            phrases = self.encode_constraints(phrases, ids, "Translator input", first, unit="sentence")
             phrases = [phrases[i] for i in nonempty]
         if nonempty:
             dataset = self.task.build_dataset_for_inference([ids[i] for i in nonempty])
@@ -273,8 +271,8 @@ class Translator:
         return [Translation(source, tuple(self.hypothesis(h) for h in results.get(i, ())))
                 for i, source in enumerate(sentences)]
 
-    def _with_terms(self, sentences: Sequence[str], constraints, glossary: Any, keep: Any):
-        """``constraints`` (or none) with each sentence's glossary terms and kept spans added."""
+    def _with_terms(self, sentences: Sequence[str], phrases, glossary: Any, keep: Any):
+        """``phrases`` (or none) with each sentence's glossary terms and kept spans added."""
         from nmt_toolkit.generation.terminology import Glossary, KeepPatterns, sentence_constraints
 
         if glossary is not None and not isinstance(glossary, Glossary):
@@ -283,7 +281,7 @@ class Translator:
             keep = KeepPatterns(keep, "keep")
         self.check_glossary(glossary)
         extra = [sentence_constraints(s, glossary, keep) for s in sentences]
-        given = constraints or [[] for _ in sentences]
+        given = phrases or [[] for _ in sentences]
         return [list(c) + [p for p in e if p not in c] for c, e in zip(given, extra)]
 
     def check_glossary(self, glossary) -> None:
