@@ -200,7 +200,27 @@ def test_xhtml_safe_answers_parse_as_xml_with_the_same_elements():
         assert "".join(got.itertext()) == "".join(want.itertext()).upper()
 
 
-def _random_html(rng: random.Random, words) -> str:
+def test_any_alignment_gives_well_formed_html_with_every_element():
+    """The fallbacks on random alignments: words reordered and attending anywhere (or nowhere), tags nested,
+    images and line breaks between words. Every answer is well-formed with the same elements, and its text is
+    the translations' text."""
+    rng = random.Random(1)
+    words = "a man woman dog cat rides runs sits on the red blue big small house street ball park".split()
+    for _ in range(300):
+        html = _random_html(rng, words, points=True)
+        doc = HtmlText(html, "en")
+        translations = []
+        for sentence in doc.sentences:
+            n = len(words_of(sentence))
+            order = rng.sample(range(n), n)
+            links = {t: rng.choice([None, *range(n)]) for t in range(n) if rng.random() < 0.4}
+            translations.append(upper_case(sentence, order=order, links=links))
+        out = doc.render(translations)
+        assert first_difference(html, out) is None, (html, out)
+        assert "".join(parse_strict(out).text.split()) == "".join("".join(t.text for t in translations).split())
+
+
+def _random_html(rng: random.Random, words, points: bool = False) -> str:
     """A paragraph of two sentences with inline tags (some nested) around random words."""
     sentence = [rng.choice(words) for _ in range(rng.randint(3, 9))]
     out, open_tags = [], []
@@ -212,6 +232,8 @@ def _random_html(rng: random.Random, words) -> str:
             out.append(f'<{tag} class="c{len(out)}">')
             open_tags.append(tag)
         out.append(word + " ")
+        if points and rng.random() < 0.15:
+            out.append(rng.choice(['<img src="x.png"> ', "<br>", "<!-- c -->", "<b></b>", "Stop. "]))
     out += [f"</{t}>" for t in reversed(open_tags)]
     return "<p>" + "".join(out).strip() + ". A dog.</p>"
 

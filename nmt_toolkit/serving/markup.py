@@ -271,7 +271,8 @@ def _parse(html: str, whole: bool):
             return lxml.html.document_fromstring(html)
         root = lxml.html.fragment_fromstring(html, create_parent="div")
     except (etree.ParserError, ValueError) as exc:
-        raise RequestError(400, f"Invalid request: q is not HTML the parser can read ({exc})") from None
+        raise RequestError(400, f"Invalid request: q is not HTML the parser can read ({' '.join(str(exc).split())})"
+                           ) from None
     lead = html[: len(html) - len(html.lstrip())]
     if lead:
         root.text = lead + (root.text or "").lstrip()
@@ -293,19 +294,23 @@ def _sentence_spans(source: str, breaks: Sequence[int], language: str) -> list[t
     spans = []
     for start, end in zip([0, *breaks], [*breaks, len(source)]):
         line = "".join(" " if ch.isspace() else ch for ch in source[start:end])
-        if not line.strip():
-            continue
-        cursor = 0
-        for piece in split_text(line, language)[0]:
-            if piece.sentence:
-                found = line.find(piece.sentence, cursor)
-                if found < 0:  # the segmenter changed the text: the stretch is one sentence
-                    spans = [s for s in spans if s[1] <= start] + [(start + len(line) - len(line.lstrip()),
-                                                                     start + len(line.rstrip()))]
-                    break
-                spans.append((start + found, start + found + len(piece.sentence)))
-                cursor = found + len(piece.sentence)
+        if line.strip():
+            spans += [(start + s, start + e) for s, e in _line_sentences(line, language)]
     return spans
+
+
+def _line_sentences(line: str, language: str) -> list[tuple[int, int]]:
+    """The sentences of one line, found in it in order (where the segmenter changed a sentence's text, the
+    line is one sentence)."""
+    found, cursor = [], 0
+    for piece in split_text(line, language)[0]:
+        if piece.sentence:
+            at = line.find(piece.sentence, cursor)
+            if at < 0:
+                return [(len(line) - len(line.lstrip()), len(line.rstrip()))]
+            found.append((at, at + len(piece.sentence)))
+            cursor = at + len(piece.sentence)
+    return found
 
 
 def _translatable(source: str, span: tuple[int, int], verbatim: Sequence[tuple[int, int]]) -> bool:

@@ -303,40 +303,60 @@ def _wanted(node: Node, run: RunTranslation) -> None:
 def _resolve(children: list[Node], low: int, high: int, run: RunTranslation) -> None:
     """Children within their parent's span ``[low, high]`` and clear of each other; then their own children."""
     points = [c for c in children if c.a >= c.b]
-    taken: list[tuple[int, int]] = []
+    taken = _Taken()
     for child in sorted((c for c in children if c.a < c.b), key=lambda c: (c.b - c.a, c.order)):
         span = (child.a, child.b) if child.fixed else _stretch(child, low, high, taken, run)
-        if span is None or span[0] < low or span[1] > high or any(s < span[1] and span[0] < e for s, e in taken):
+        if span is None or span[0] < low or span[1] > high or taken.covering(*span) is not None:
             points.append(child)
         else:
             child.a, child.b = span
-            taken.append(span)
+            taken.add(span)
     for child in points:
         spot = min(max(child.a, low), high)
-        for s, e in taken:
-            if s < spot < e:
-                spot = s if spot - s <= e - spot else e
+        around = taken.covering(spot, spot)
+        if around is not None:
+            spot = around[0] if spot - around[0] <= around[1] - spot else around[1]
         child.a = child.b = spot
     for child in children:
         _resolve(child.children, child.a, child.b, run)
 
 
-def _stretch(node: Node, low: int, high: int, taken: Sequence[tuple[int, int]],
-             run: RunTranslation) -> Optional[tuple[int, int]]:
+class _Taken:
+    """The disjoint spans of the siblings placed so far, sorted."""
+
+    def __init__(self):
+        self.spans: list[tuple[int, int]] = []
+
+    def add(self, span: tuple[int, int]) -> None:
+        bisect.insort(self.spans, span)
+
+    def covering(self, start: int, end: int) -> Optional[tuple[int, int]]:
+        """The span overlapping ``[start, end)``, or None (a position, ``start == end``: the span it is strictly
+        inside)."""
+        i = bisect.bisect_left(self.spans, (end,)) - 1  # the last span starting before ``end``
+        return self.spans[i] if i >= 0 and self.spans[i][1] > start else None
+
+    def between(self, left: int, right: int) -> bool:
+        """Whether a span lies within ``[left, right]``."""
+        i = bisect.bisect_left(self.spans, (left,))
+        return i < len(self.spans) and self.spans[i][1] <= right
+
+
+def _stretch(node: Node, low: int, high: int, taken: _Taken, run: RunTranslation) -> Optional[tuple[int, int]]:
     """The span of the longest stretch of ``node``'s target words within ``[low, high]`` that no word aligned
     to a source word outside the node interrupts (unaligned words do not), clear of the spans ``taken`` by
     its siblings; the first on a tie; None when no word of the node is left."""
     mine = set(node.own)
     best: list[int] = []
     group: list[int] = []
-    for t in range(bisect.bisect_left(run.tgt_starts, low), len(run.tgt_words)):
+    for t in range(max(bisect.bisect_left(run.tgt_starts, low), node.own[0]), node.own[-1] + 1):
         start, end = run.tgt_words[t]
         if end > high:
             break
-        if any(s < end and start < e for s, e in taken):
+        if taken.covering(start, end) is not None:
             group = []
             continue
-        if group and any(run.tgt_words[group[-1]][1] <= s and e <= start for s, e in taken):
+        if group and taken.between(run.tgt_words[group[-1]][1], start):
             group = []
         if t in mine:
             group.append(t)
