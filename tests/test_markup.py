@@ -183,6 +183,13 @@ def test_broken_html_is_answered_repaired_and_well_formed():
         "A <b>DOG <i>RUNS</i></b> FAST."
 
 
+def test_the_text_of_html_is_what_is_translated():
+    from nmt_toolkit.serving.markup import text_of
+
+    assert text_of('<p title="A title.">Ein <a href="https://example.com/the-page">Hund</a>.</p><script>var '
+                   'x;</script><pre>code</pre>') == "A title. Ein Hund."
+
+
 def test_a_document_that_cannot_be_read_is_a_one_line_400():
     with pytest.raises(RequestError) as caught:
         HtmlText("<!DOCTYPE html>", "en")

@@ -89,6 +89,11 @@ def test_html_keeps_its_markup_and_translates_its_text(server, translator):
         assert first_difference(source, got) is None
         assert parse_strict(got).text == want
     assert len(html_answer["alternatives"]) == len(plain["alternatives"])
+    # source auto: the language is identified from the text, not from the markup
+    auto = post_json(server.url + "/translate", {"q": source, "source": "auto", "target": "de", "format": "html"})
+    assert auto.json() == {"translatedText": html_answer["translatedText"],
+                           "detectedLanguage": {"confidence": auto.json()["detectedLanguage"]["confidence"],
+                                                "language": "en"}}
 
 
 def test_the_native_api_returns_nbest_lists_with_nmt_generates_scores(server, translator, trained_translation):

@@ -21,7 +21,7 @@ from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
 from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest, check_api_key,
                                           fields_of, parse, read_body)
-from nmt_toolkit.serving.markup import AlignedHtml
+from nmt_toolkit.serving.markup import AlignedHtml, text_of
 from nmt_toolkit.serving.text import PlainText
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
@@ -71,9 +71,12 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         nbest = req.alternatives + 1
         service.check_search({"nbest": nbest})
         service.check_chars(texts)  # before splitting or detecting: their cost grows with the text
-        detected = await service.detect_sources(texts) if req.source == "auto" else None
-        models = _models_for(service, texts, req.source, req.target, detected)
         html = req.format == "html"
+        detected = None
+        if req.source == "auto":  # HTML: its language is its text's, not its markup's
+            detected = await service.detect_sources(await asyncio.to_thread(lambda: [text_of(t) for t in texts])
+                                                    if html else texts)
+        models = _models_for(service, texts, req.source, req.target, detected)
         if html:
             _check_alignments(models)
         translated = await _translate_texts(request, service, texts, models, nbest, html)

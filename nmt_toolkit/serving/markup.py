@@ -145,6 +145,12 @@ class HtmlText:
         return document.serialize()
 
 
+def text_of(html: str) -> str:
+    """The text of ``html`` that would be translated, its sentences joined by spaces: what identifies its
+    language (tags, attribute names and URLs would pull any text towards English)."""
+    return " ".join(HtmlText(html, "en").sentences)
+
+
 class AlignedHtml:
     """An HTML text read for one served direction (``model``: its ``source`` language and
     ``source_tokens``): :attr:`sentences`, then :meth:`render` with a hypothesis for each (``text``,
