@@ -63,8 +63,10 @@ setup(
         # nmt-export --format ctranslate2 and --engine ctranslate2: a wheel (no compiler), CPU and CUDA
         "ct2": ["ctranslate2>=4.0"],
         # nmt-serve: FastAPI on uvicorn (the ASGI stack), sentencex (sentence splitting), prometheus-client (/metrics)
-        # and py3langid (/detect, source auto: its model ships in the package; benchmarks/detect_accuracy.py chose it)
-        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "sentencex>=1.0", "prometheus-client>=0.20", "py3langid>=0.4"],
+        # and py3langid (/detect, source auto: its model ships in the package; benchmarks/detect_accuracy.py chose it),
+        # lxml (format html: libxml2's HTML parser, a tree to translate in place and a serializer that writes it whole)
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "sentencex>=1.0", "prometheus-client>=0.20", "py3langid>=0.4",
+                  "lxml>=5.0"],
     },
     entry_points={
         "console_scripts": [f"{prog} = nmt_toolkit.cli.{mod}:main" for prog, mod in PROGRAMS.items()],

@@ -65,6 +65,37 @@ def test_libretranslate_alternatives_are_the_next_hypotheses(server, translator)
     assert answer["alternatives"] == [h.text for h in best.hypotheses[1:] if h.text != best.text]
 
 
+def test_html_keeps_its_markup_and_translates_its_text(server, translator):
+    """format html: tags around the words their words became (hand-checked: this model upper-cases), the same
+    text as a plain request once the tags are stripped (alternatives included), verbatim parts untouched."""
+    from html_check import first_difference, parse_strict
+
+    html = ('<p title="A cat sits.">A <b>dog</b> runs.</p>\n<ul><li>The <i>man</i> sits.</li>'
+            '<li><script>var x = "<b>";</script>A woman runs.<pre>a dog</pre></li></ul>')
+    answer = post_json(server.url + "/translate", {"q": [html, "A <b>small <i>cat</i></b> runs."], "source": "en",
+                                                   "target": "de", "format": "html"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"translatedText": [
+        '<p title="A CAT SITS.">A <b>DOG</b> RUNS.</p>\n<ul><li>THE <i>MAN</i> SITS.</li>'
+        '<li><script>var x = "<b>";</script>A WOMAN RUNS.<pre>a dog</pre></li></ul>',
+        "A <b>SMALL <i>CAT</i></b> RUNS."]}
+    source = "The small <em>dog</em> runs on <a href='/s'>the street</a>."
+    html_answer = post_json(server.url + "/translate", {"q": source, "source": "en", "target": "de",
+                                                        "format": "html", "alternatives": 2}).json()
+    plain = post_json(server.url + "/translate", {"q": "The small dog runs on the street.", "source": "en",
+                                                  "target": "de", "alternatives": 2}).json()
+    for got, want in zip([html_answer["translatedText"], *html_answer["alternatives"]],
+                         [plain["translatedText"], *plain["alternatives"]]):
+        assert first_difference(source, got) is None
+        assert parse_strict(got).text == want
+    assert len(html_answer["alternatives"]) == len(plain["alternatives"])
+    # source auto: the language is identified from the text, not from the markup
+    auto = post_json(server.url + "/translate", {"q": source, "source": "auto", "target": "de", "format": "html"})
+    assert auto.json() == {"translatedText": html_answer["translatedText"],
+                           "detectedLanguage": {"confidence": auto.json()["detectedLanguage"]["confidence"],
+                                                "language": "en"}}
+
+
 def test_the_native_api_returns_nbest_lists_with_nmt_generates_scores(server, translator, trained_translation):
     sources = _sources(trained_translation)[:10] + [""]
     expected = translator.translate(sources, beam=4, nbest=3, lenpen=1.0)
@@ -97,7 +128,10 @@ BAD = [
     ("unknown target", {"q": "A dog.", "source": "en", "target": "fr"}, 400, "fr is not supported"),
     ("auto source, a text in the target language", {"q": "Ein Hund läuft.", "source": "auto", "target": "de"}, 400,
      "detected as de"),
-    ("html", {"q": "<b>A dog.</b>", "source": "en", "target": "de", "format": "html"}, 400, "html"),
+    ("an unknown format", {"q": "<b>A dog.</b>", "source": "en", "target": "de", "format": "xml"}, 400,
+     "xml format is not supported"),
+    ("html that cannot be read", {"q": "<!DOCTYPE html>", "source": "en", "target": "de", "format": "html"}, 400,
+     "not HTML"),
     ("alternatives not a number", {"q": "A dog.", "source": "en", "target": "de", "alternatives": "x"}, 400,
      "alternatives"),
     ("too many alternatives", {"q": "A dog.", "source": "en", "target": "de", "alternatives": 10}, 400,
@@ -296,6 +330,9 @@ def test_a_ctranslate2_export_is_served_without_a_data_bin_or_search_flags(train
         assert [client.translate(s, "en", "de") for s in sources] == [r.text for r in expected.translate(sources)]
         refused = post_json(process.url + "/v1/translate", {"sentences": sources[:1], "lenpen_style": "gnmt"})
         assert refused.status_code == 400 and "lenpen_style gnmt" in refused.json()["error"]
+        html = post_json(process.url + "/translate", {"q": "A <b>dog</b>.", "source": "en", "target": "de",
+                                                      "format": "html"})
+        assert html.status_code == 400 and "CTranslate2 engine gives none" in html.json()["error"]
         assert post_json(process.url + "/v1/translate", {"sentences": sources[:1]}).status_code == 200
     finally:
         assert process.terminate() == 0

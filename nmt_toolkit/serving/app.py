@@ -21,7 +21,8 @@ from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
 from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest, check_api_key,
                                           fields_of, parse, read_body)
-from nmt_toolkit.serving.text import join_text, sentences_of, split_text
+from nmt_toolkit.serving.markup import AlignedHtml, text_of
+from nmt_toolkit.serving.text import PlainText
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
 ENDPOINTS = ("/", "/translate", "/detect", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json",
@@ -58,26 +59,30 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
     async def translate(request: Request):
         """LibreTranslate's translate: ``q`` (a text or a list), ``source`` (or ``auto``), ``target`` →
         ``translatedText`` (and ``detectedLanguage`` for ``auto``). Texts are split into lines and sentences,
-        translated, and re-joined with their whitespace."""
+        translated, and re-joined with their whitespace; ``format: html`` keeps the markup
+        (``serving/markup.py``)."""
         fields = await _fields(request, service)
         req = parse(LibreTranslateRequest, fields)
         if not req.q:
             raise RequestError(400, "Invalid request: missing q parameter")
         if req.format not in ("text", "html"):
             raise RequestError(400, f"{shown_value(req.format)} format is not supported")
-        if req.format == "html":
-            raise RequestError(400, "html format is not supported by this server (only text)")
         texts = req.q if isinstance(req.q, list) else [req.q]
         nbest = req.alternatives + 1
         service.check_search({"nbest": nbest})
         service.check_chars(texts)  # before splitting or detecting: their cost grows with the text
-        detected = await service.detect_sources(texts) if req.source == "auto" else None
+        html = req.format == "html"
+        detected = None
+        if req.source == "auto":  # HTML: its language is its text's, not its markup's
+            detected = await service.detect_sources(await asyncio.to_thread(lambda: [text_of(t) for t in texts])
+                                                    if html else texts)
         models = _models_for(service, texts, req.source, req.target, detected)
-        translated = await _translate_texts(request, service, texts, models, nbest)
-        out, alternatives = [], []
-        for lines, hyps in translated:
-            out.append(join_text(lines, [h[0].text if h else "" for h in hyps]))
-            alternatives.append(_alternatives(lines, hyps, out[-1], req.alternatives))
+        if html:
+            _check_alignments(models)
+        translated = await _translate_texts(request, service, texts, models, nbest, html)
+        # HTML is read again and written for each answer: off the event loop
+        out, alternatives = (await asyncio.to_thread(_answers, translated, req.alternatives) if html else
+                             _answers(translated, req.alternatives))
         body = {"translatedText": out if isinstance(req.q, list) else out[0]}
         if req.alternatives > 0:
             body["alternatives"] = alternatives if isinstance(req.q, list) else alternatives[0]
@@ -122,40 +127,56 @@ def _models_for(service: Service, texts, source: str, target: str, detected) -> 
     return models
 
 
-async def _translate_texts(request: Request, service: Service, texts, models, nbest: int) -> list[tuple]:
-    """Each text as ``(lines, hypotheses of each of its sentences)``: split by its own language's rules,
-    its sentences translated in the batches of their direction (a request of several directions waits
-    for all of them at once)."""
-    split = await asyncio.to_thread(lambda: [split_text(text, model.source) for text, model in zip(texts, models)])
-    service.check_sentences(sum(len(sentences_of(lines)) for lines in split))
+def _check_alignments(models) -> None:
+    """HTML's inline tags are placed by word alignments: a model whose engine gives none is a 400."""
+    for model in models:
+        reason = model.alignment_refusal()
+        if reason is not None:
+            raise RequestError(400, f"html format needs the model's word alignments: {reason}")
+
+
+async def _translate_texts(request: Request, service: Service, texts, models, nbest: int,
+                           html: bool = False) -> list[tuple]:
+    """Each text as ``(the text read, hypotheses of each of its sentences)``: split by its own language's
+    rules (HTML: parsed, its markup set aside), its sentences translated in the batches of their direction
+    (a request of several directions waits for all of them at once)."""
+    def read(text, model):
+        return AlignedHtml(text, model) if html else PlainText(text, model.source)
+
+    split = await asyncio.to_thread(lambda: [read(text, model) for text, model in zip(texts, models)])
+    service.check_sentences(sum(len(r.sentences) for r in split))
     by_direction: dict[str, list[int]] = {}
     for i, model in enumerate(models):
         by_direction.setdefault(model.name, []).append(i)
     jobs = []
     for indices in by_direction.values():
         model = models[indices[0]]
-        sentences = [s for i in indices for s in sentences_of(split[i])]
+        sentences = [s for i in indices for s in split[i].sentences]
         options = {"nbest": nbest, "beam": max(nbest, model.translator.gen.beam)} if nbest > 1 else {}
-        jobs.append(DirectionJob(model, sentences, options, service.phrases(sentences)))
+        jobs.append(DirectionJob(model, sentences, options, service.phrases(sentences), alignment=html))
     found = await service.translate_jobs(request, jobs, scores=False)
     hyps: list = [None] * len(texts)
     for indices, results in zip(by_direction.values(), found):
         results = iter(results)
         for i in indices:
-            hyps[i] = [next(results) for _ in sentences_of(split[i])]
+            hyps[i] = [next(results) for _ in split[i].sentences]
     return list(zip(split, hyps))
 
 
-def _alternatives(lines, hyps: list[tuple], best: str, wanted: int) -> list[str]:
-    """The i-th alternative of a text takes every sentence's (i+1)-th hypothesis (its best where it has
-    fewer); duplicates of the translation and of each other are left out, as LibreTranslate does."""
-    found: list[str] = []
-    for rank in range(1, wanted + 1):
-        texts = [(h[rank] if len(h) > rank else h[0]).text if h else "" for h in hyps]
-        text = join_text(lines, texts)
-        if text != best and text not in found:
-            found.append(text)
-    return found
+def _answers(translated: list[tuple], wanted: int) -> tuple[list[str], list[list[str]]]:
+    """Each text's translation (every sentence's best hypothesis) and its ``wanted`` alternatives: the i-th
+    takes every sentence's (i+1)-th hypothesis (its best where it has fewer); duplicates of the translation
+    and of each other are left out, as LibreTranslate does."""
+    out, alternatives = [], []
+    for read, hyps in translated:
+        out.append(read.render([h[0] if h else None for h in hyps]))
+        found: list[str] = []
+        for rank in range(1, wanted + 1):
+            text = read.render([(h[rank] if len(h) > rank else h[0]) if h else None for h in hyps])
+            if text != out[-1] and text not in found:
+                found.append(text)
+        alternatives.append(found)
+    return out, alternatives
 
 
 def _native_routes(app: FastAPI, service: Service) -> None:

@@ -109,11 +109,30 @@ class ServedModel(_OnOneTranslator):
         except NmtError as exc:
             raise RequestError(400, str(exc)) from None
 
-    def options_key(self, options: dict[str, Any], scores: bool = True) -> tuple:
+    def source_tokens(self, sentences: Sequence[str]) -> list[list[Optional[str]]]:
+        """Each sentence as the model reads it, one entry per source position: its subword piece, or None for
+        a language tag and the end token (what an alignment's source positions index)."""
+        codec = self.translator.task.subword()
+        pieces = codec.encode_pieces_batch(list(sentences)) if codec is not None else [s.split() for s in sentences]
+        found = []
+        for p, ids in zip(pieces, self.encode(sentences)):
+            found.append([None] * (len(ids) - 1 - len(p)) + list(p) + [None])  # tags before, the end token after
+        return found
+
+    def alignment_refusal(self) -> Optional[str]:
+        """Why this model's hypotheses come without word alignments (None: they can have them)."""
+        if self.translator.models is None:
+            return "the CTranslate2 engine gives none (run nmt-serve with --engine torch)"
+        if self.translator.gen.static_search == "on":
+            return "--static-search on records no attention (use --static-search auto)"
+        return None
+
+    def options_key(self, options: dict[str, Any], scores: bool = True, alignment: bool = False) -> tuple:
         """The request's search options as a hashable key, after checking them as nmt-generate checks its
         flags (a value out of range, nbest > beam …: a 400 naming the field); ``scores=False``: the answer
-        shows no per-token scores, which CTranslate2 then does not compute (a second pass over each batch)."""
-        key = (tuple(sorted(options.items())), scores)
+        shows no per-token scores, which CTranslate2 then does not compute (a second pass over each batch);
+        ``alignment``: each hypothesis carries its alignment (the search records the attention)."""
+        key = (tuple(sorted(options.items())), scores, alignment)
         self._variant(key)
         return key
 
@@ -127,10 +146,12 @@ class ServedModel(_OnOneTranslator):
         if ids and isinstance(ids[0], ConstrainedIds):
             phrases, ids = [x.phrases for x in ids], [x.ids for x in ids]
         with torch.inference_mode():
-            found = translator.translate_batch(translator.collate(ids), stop=stop, constraints=phrases)
+            found = translator.translate_batch(translator.collate(ids), need_attn=options[2], stop=stop,
+                                               constraints=phrases)
         return [tuple(translator.hypothesis(h) for h in hyps) for hyps in found]
 
     def _variant(self, key: tuple):
+        key = key[:2]  # the alignment is asked of the search, not of the translator
         options, scores = key
         if not options and scores:
             return self.translator

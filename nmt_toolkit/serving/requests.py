@@ -28,7 +28,8 @@ class LibreTranslateRequest(BaseModel):
     source: str = Field(description="source language code, or 'auto': the language of each text, identified among "
                                     "the served ones")
     target: str = Field(description="target language code")
-    format: str = Field("text", description="text (html is not supported)")
+    format: str = Field("text", description="text, or html: the markup is kept, inline tags put around the "
+                                            "words their words were translated into")
     alternatives: int = Field(0, ge=0, description="number of alternative translations")
     api_key: Optional[str] = None
 

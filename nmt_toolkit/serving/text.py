@@ -65,3 +65,15 @@ def join_text(lines: list[list[Piece]], translations: list[str]) -> str:
     """The split text with each non-empty sentence replaced by its translation (in :func:`sentences_of` order)."""
     it = iter(translations)
     return "\n".join("".join(p.before + (next(it) if p.sentence else "") + p.after for p in line) for line in lines)
+
+
+class PlainText:
+    """A text read for translation: its :attr:`sentences`, then :meth:`render` with a hypothesis for each
+    (anything with a ``text``; None: no translation, an empty one)."""
+
+    def __init__(self, text: str, language: str):
+        self.lines = split_text(text, language)
+        self.sentences = sentences_of(self.lines)
+
+    def render(self, hypotheses) -> str:
+        return join_text(self.lines, [h.text if h is not None else "" for h in hypotheses])

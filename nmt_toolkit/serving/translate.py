@@ -125,7 +125,7 @@ class Service:
                 wanted = job.model.encode_constraints(job.phrases, ids)
                 ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
                 options = {**options, "constraints": "unordered"}
-            key = (job.model.source, job.model.target, job.model.options_key(options, scores))
+            key = (job.model.source, job.model.target, job.model.options_key(options, scores, job.alignment))
             queued.append((key, ids, [i for i, x in enumerate(ids) if len(x) > 1]))  # empty: only its EOS
         futures = [self.batcher.submit(key, [ids[i] for i in nonempty]) for key, ids, nonempty in queued]
         try:
@@ -161,12 +161,14 @@ class Service:
 
 @dataclass
 class DirectionJob:
-    """One direction's share of a request: its sentences, search options and target phrases (or None)."""
+    """One direction's share of a request: its sentences, search options and target phrases (or None);
+    ``alignment``: the hypotheses must carry their alignments (HTML's inline tags are placed by them)."""
 
     model: ServedModel
     sentences: Sequence[str]
     options: dict[str, Any]
     phrases: Optional[Sequence[Sequence[str]]] = None
+    alignment: bool = False
 
 
 async def _disconnected(request) -> None:
