@@ -156,7 +156,7 @@ class Service:
             for future in futures:  # one failed: the others are not waited for either
                 future.cancel()
         answers = []
-        for (_, ids, results, cache_keys, missing), hyps_of in zip(queued, found):
+        for (_, _, results, cache_keys, missing), hyps_of in zip(queued, found):
             for i, hyps in zip(missing, hyps_of):
                 results[i] = hyps
                 if cache_keys is not None:
