@@ -44,6 +44,35 @@ def test_a_bad_key_file_is_one_line_before_loading(capsys, tmp_path):
         assert status == 1 and len(lines) == 1 and f"--api-keys {path}: {words}" in lines[0]
 
 
+@pytest.mark.parametrize("flag, low", [("--req-limit", 0), ("--batch-limit", 0), ("--cache-size", 0)])
+def test_the_limit_and_cache_flags_refuse_a_negative_number(flag, low, capsys, tmp_path):
+    """0 is their "off"; below it is one error line naming the flag and its range."""
+    bounds = config._field_range(next(f for f in dataclasses.fields(ServeConfig) if config.flag_name(f) == flag))
+    assert bounds.low == low and bounds.high is not None
+    status, lines = _run(capsys, tmp_path, "--path", tmp_path / "ck.pt", flag, low - 1)
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("nmt-serve: error:") and flag in lines[0]
+
+
+def test_the_key_file_takes_an_optional_requests_per_minute(tmp_path):
+    from nmt_toolkit.serving.config import read_api_keys
+
+    keys = tmp_path / "keys"
+    keys.write_text("# key [requests per minute]\nalpha 2\n  beta\t60  \ngamma\n\ndelta 0\n")
+    assert read_api_keys(str(keys)) == {"alpha": 2, "beta": 60, "gamma": None, "delta": 0}
+
+
+@pytest.mark.parametrize("text, words", [("alpha two\n", "line 1: expected a key, optionally followed by its "
+                                                             "requests per minute"),
+                                         ("alpha 2 3\n", "line 1: expected a key"),
+                                         ("beta\nalpha -1\n", "line 2: expected a key"),
+                                         ("alpha\nalpha 5\n", "line 2: the key is listed twice")])
+def test_a_bad_key_line_is_one_line_naming_it(capsys, tmp_path, text, words):
+    keys = tmp_path / "keys"
+    keys.write_text(text)
+    status, lines = _run(capsys, tmp_path, "--path", tmp_path / "absent.pt", "--api-keys", keys)
+    assert status == 1 and len(lines) == 1 and f"--api-keys {keys}: {words}" in lines[0]
+
+
 def test_a_taken_port_is_one_line_before_loading(capsys, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -25,8 +25,8 @@ from nmt_toolkit.serving.markup import AlignedHtml, text_of
 from nmt_toolkit.serving.text import PlainText
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
-ENDPOINTS = ("/", "/translate", "/detect", "/languages", "/v1/translate", "/health", "/metrics", "/openapi.json",
-             "/docs")
+ENDPOINTS = ("/", "/translate", "/detect", "/languages", "/frontend/settings", "/v1/translate", "/health", "/metrics",
+             "/openapi.json", "/docs")
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
@@ -68,6 +68,7 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         if req.format not in ("text", "html"):
             raise RequestError(400, f"{shown_value(req.format)} format is not supported")
         texts = req.q if isinstance(req.q, list) else [req.q]
+        service.check_texts(len(texts))
         nbest = req.alternatives + 1
         service.check_search({"nbest": nbest})
         service.check_chars(texts)  # before splitting or detecting: their cost grows with the text
@@ -110,6 +111,29 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         """LibreTranslate's languages: each source language with the targets it translates into."""
         return [{"code": code, "name": language_name(code), "targets": targets}
                 for code, targets in service.pool.languages().items()]
+
+    @app.get("/frontend/settings")
+    async def frontend_settings():
+        """LibreTranslate's settings for its web page and browser extensions: the server's limits and
+        features, and the language pair a page shows first (docs/serving.md lists each field)."""
+        return frontend_settings_of(service)
+
+
+def frontend_settings_of(service: Service) -> dict:
+    """What LibreTranslate's ``/frontend/settings`` answers, with this server's values: a feature it lacks
+    (suggestions, file translation) is off, so a client does not offer it."""
+    source, target = service.pool.pairs()[0]
+    return {
+        "charLimit": service.cfg.max_chars,
+        "frontendTimeout": 500,  # LibreTranslate's default: milliseconds the page waits after typing
+        "apiKeys": bool(service.keys),
+        "keyRequired": bool(service.keys),
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {"source": {"code": source, "name": language_name(source)},
+                     "target": {"code": target, "name": language_name(target)}},
+    }
 
 
 def _models_for(service: Service, texts, source: str, target: str, detected) -> list:
@@ -190,6 +214,7 @@ def _native_routes(app: FastAPI, service: Service) -> None:
         model = service.model_for(req.source, req.target)
         options = req.model_dump(exclude_none=True, exclude={"sentences", "source", "target", "api_key", "glossary"})
         service.check_search(options)
+        service.check_texts(len(req.sentences))
         service.check_chars(req.sentences)
         service.check_sentences(len(req.sentences))
         phrases = service.phrases(req.sentences, _request_glossary(req.glossary, service, model))
@@ -245,7 +270,8 @@ def _service_routes(app: FastAPI, service: Service, metrics: ServerMetrics) -> N
 async def _fields(request: Request, service: Service) -> dict:
     body = await read_body(request, service.cfg.max_request_bytes)
     fields = fields_of(body, request.headers.get("content-type", ""), dict(request.query_params))
-    check_api_key(service.keys, fields, request.headers)
+    key = check_api_key(service.keys, fields, request.headers)
+    service.check_rate(request.client.host if request.client else "", key)
     return fields
 
 
@@ -256,7 +282,7 @@ def _body_schema(model) -> dict:
 
 
 async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-    return JSONResponse({"error": exc.message}, status_code=exc.status)
+    return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -35,7 +35,18 @@ class ServeConfig:
     max_connections: int = option(500, "most client connections open at once; one more is closed at once (keep "
                                        "it below the process' open-file limit, ulimit -n)", low=1, high=1_000_000)
     max_request_bytes: int = option(1_000_000, "largest request body (413 above)", low=1, high=1_000_000_000)
-    max_chars: int = option(20_000, "most characters of text in one request (400 above)", low=1, high=100_000_000)
+    max_chars: int = option(20_000, "most characters of text in one request (400 above; LibreTranslate's "
+                                    "--char-limit)", low=1, high=100_000_000)
+    batch_limit: int = option(0, "most texts in one request: the q list of /translate, the sentences of "
+                                 "/v1/translate (400 above; 0: no limit but --max-sentences)", low=0,
+                              high=1_000_000)
+    req_limit: int = option(0, "requests per minute of one client (its API key when keys are in use, else its "
+                               "IP address) to /translate, /detect and /v1/translate; 429 above, with Retry-After "
+                               "(0: no limit; a key's own number in the --api-keys file wins)", low=0,
+                            high=1_000_000)
+    cache_size: int = option(10_000, "sentences whose translations are kept for the next request that asks the "
+                                     "same (same direction and search options); 0: no cache", low=0,
+                             high=100_000_000)
     max_sentences: int = option(500, "most sentences in one request, after splitting texts into lines and "
                                      "sentences (400 above)", low=1, high=1_000_000)
     max_nbest: int = option(10, "largest nbest (and LibreTranslate alternatives + 1) a request may ask for",
@@ -43,17 +54,20 @@ class ServeConfig:
     max_beam: int = option(16, "largest beam a request may ask for", low=1, high=1000)
     also: list[str] = option([], "serve this model folder too, for its own language pair (repeat for more pairs)",
                              multiple=True, metavar="FOLDER")
-    api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments): requests to /translate "
-                                           "and /v1/translate must carry one (api_key field or Authorization: "
-                                           "Bearer), else 401", metavar="FILE")
+    api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments), each optionally followed "
+                                           "by its requests per minute (else --req-limit's; 0: none): requests to "
+                                           "/translate, /detect and /v1/translate must carry one (api_key field or "
+                                           "Authorization: Bearer), else 401", metavar="FILE")
 
     def validate(self) -> None:
         if self.max_nbest > self.max_beam:
             raise UsageError(f"--max-nbest {self.max_nbest} is larger than --max-beam {self.max_beam}")
 
 
-def read_api_keys(path: str) -> frozenset[str]:
-    """The keys of ``path``: one a line, blank lines and ``#`` comments skipped; none at all is an error."""
+def read_api_keys(path: str) -> dict[str, Optional[int]]:
+    """The keys of ``path``, each with its own requests per minute or None (the server's --req-limit): one key
+    a line, optionally followed by whitespace and that number (0: no limit); blank lines and ``#`` comments
+    skipped. A bad line, or no key at all, is an error naming the file and the line."""
     from nmt_toolkit.errors import DataError
 
     try:
@@ -61,7 +75,17 @@ def read_api_keys(path: str) -> frozenset[str]:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"--api-keys {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-    keys = frozenset(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    keys: dict[str, Optional[int]] = {}
+    for number, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) > 2 or (len(fields) == 2 and not (fields[1].isascii() and fields[1].isdigit())):
+            raise DataError(f"--api-keys {path}: line {number}: expected a key, optionally followed by its requests "
+                            f"per minute (a whole number, 0: no limit)")
+        if fields[0] in keys:
+            raise DataError(f"--api-keys {path}: line {number}: the key is listed twice")
+        keys[fields[0]] = int(fields[1]) if len(fields) == 2 else None
     if not keys:
         raise DataError(f"--api-keys {path}: no key in it (one key a line)")
     return keys

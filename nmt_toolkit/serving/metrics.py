@@ -70,7 +70,33 @@ class ServerMetrics(BatchObserver):
             self.errors.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
 
+    def watch_cache(self, cache) -> None:
+        """Expose ``cache``'s lookups (hits, misses, their rate) and size, read from it at each scrape."""
+        self.registry.register(_CacheCollector(cache))
+
     def exposition(self) -> bytes:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)
+
+
+class _CacheCollector:
+    """The translation cache's counts as metrics: the cache keeps them, so a lookup costs no metrics call."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def describe(self):
+        return []  # collected only at a scrape: registering reads nothing
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        hits, misses = self.cache.hits, self.cache.misses
+        yield CounterMetricFamily("nmt_serve_cache_hits", "sentences answered from the translation cache", hits)
+        yield CounterMetricFamily("nmt_serve_cache_misses", "sentences looked up in the translation cache and "
+                                  "not found (then decoded)", misses)
+        yield GaugeMetricFamily("nmt_serve_cache_hit_ratio", "hits / (hits + misses) since the server started "
+                                "(0 before any lookup)", hits / (hits + misses) if hits + misses else 0.0)
+        yield GaugeMetricFamily("nmt_serve_cache_sentences", "sentences held in the translation cache",
+                                len(self.cache))

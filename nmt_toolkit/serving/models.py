@@ -41,9 +41,9 @@ class RequestError(Exception):
     """A request the server refuses: ``status`` (4xx/5xx) and one line saying why, as LibreTranslate's
     ``{"error": …}``."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: Optional[dict[str, str]] = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
 
 
 class ConstrainedIds:
@@ -135,6 +135,11 @@ class ServedModel(_OnOneTranslator):
         key = (tuple(sorted(options.items())), scores, alignment)
         self._variant(key)
         return key
+
+    def deterministic(self, options: tuple) -> bool:
+        """Whether the search of ``options`` (a key of :meth:`options_key`) gives the same hypotheses for the
+        same sentence every time, so they may be cached: not when it samples."""
+        return not self._variant(options).gen.sampling
 
     def decode(self, options: tuple, ids: Sequence, stop: Optional[Callable[[], bool]] = None) -> list[tuple]:
         """One batch of encoded sentences → their hypotheses (best first), in order; ``stop`` (asked between

@@ -169,15 +169,17 @@ def parse(model: type[BaseModel], fields: dict[str, Any]) -> Any:
         raise RequestError(400, f"Invalid request: {name}: {first['msg']}") from None
 
 
-def check_api_key(keys: Optional[frozenset[str]], fields: dict[str, Any], headers) -> None:
-    """With keys configured, the request's key must be one. The key is the ``Authorization: Bearer`` header's
+def check_api_key(keys, fields: dict[str, Any], headers) -> Optional[str]:
+    """With keys configured (a collection of them), the request's key must be one; it is returned (None
+    without keys), as it names the client for the rate limit. The key is the ``Authorization: Bearer`` header's
     when the request has one (HTTP's place for credentials: a body field never overrides it), else the
     ``api_key`` field's (JSON or form, as LibreTranslate clients send it)."""
     if not keys:
-        return
+        return None
     scheme, _, credentials = headers.get("authorization", "").partition(" ")
     given = credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else fields.get("api_key")
     if not given:
         raise RequestError(401, "Please contact the server operator to get an API key")
     if not isinstance(given, str) or not any(hmac.compare_digest(given.encode(), key.encode()) for key in keys):
         raise RequestError(401, "Invalid API key")
+    return given

@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import signal
 import socket
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from nmt_toolkit.errors import UsageError
 from nmt_toolkit.serving.batcher import DynamicBatcher
@@ -43,7 +43,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: ServeConfig, keys: Optional[frozenset[str]] = None,
+def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: ServeConfig,
+                  keys: Optional[Mapping[str, Optional[int]]] = None,
                   thread_setup: Optional[Callable[[], None]] = None, glossary=None,
                   keep=None) -> tuple[Service, ServerMetrics]:
     """The models behind a batcher with the configured limits, and the metrics that watch them; ``glossary``
@@ -53,7 +54,9 @@ def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: 
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
                              max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers or 1,
                              thread_setup=thread_setup, observer=metrics)
-    return Service(pool, batcher, cfg, keys, glossary, keep, open_detector(list(pool.languages()))), metrics
+    service = Service(pool, batcher, cfg, keys, glossary, keep, open_detector(list(pool.languages())))
+    metrics.watch_cache(service.cache)
+    return service, metrics
 
 
 def open_detector(languages: Sequence[str]) -> Optional[Detector]:

@@ -3,12 +3,14 @@ its time, and give up (dropping the work) when its client goes away."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
 
 from nmt_toolkit.serving.batcher import DynamicBatcher
+from nmt_toolkit.serving.cache import TranslationCache, sentence_key
 from nmt_toolkit.serving.config import ServeConfig
 from nmt_toolkit.serving.detect import LIBRARY, Detector
+from nmt_toolkit.serving.limits import RateLimiter, retry_after
 from nmt_toolkit.serving.models import ConstrainedIds, ModelPool, RequestError, ServedModel
 
 #: the status a request gets when its client went away first (nginx's "client closed request"): nobody
@@ -21,15 +23,22 @@ SHORT_TEXT = 40
 
 @dataclass
 class Service:
-    """The loaded models, the batcher and the limits: everything a request needs."""
+    """The loaded models, the batcher, the limits and the translation cache: everything a request needs.
+    ``keys``: the API keys, each with its own requests per minute or None (--req-limit's)."""
 
     pool: ModelPool
     batcher: DynamicBatcher
     cfg: ServeConfig
-    keys: Optional[frozenset[str]] = None
+    keys: Optional[Mapping[str, Optional[int]]] = None
     glossary: Any = None  # the served glossary (--glossary) and keep patterns (--keep): every request's
     keep: Any = None      # terms unless a /v1/translate request brings its own glossary
     detector: Optional[Detector] = None  # the served languages' identifier; None without its library
+    limiter: RateLimiter = field(init=False)
+    cache: TranslationCache = field(init=False)
+
+    def __post_init__(self):
+        self.limiter = RateLimiter(self.cfg.req_limit)
+        self.cache = TranslationCache(self.cfg.cache_size)
 
     def model_for(self, source: Optional[str], target: Optional[str]) -> ServedModel:
         """The served direction ``source`` → ``target`` (either may be left out when the server has one pair);
@@ -80,6 +89,27 @@ class Service:
             raise RequestError(400, f"Invalid request: request ({chars}) exceeds text limit ({self.cfg.max_chars} "
                                     f"characters, the server's --max-chars)")
 
+    def check_texts(self, texts: int) -> None:
+        """The request's texts within --batch-limit (LibreTranslate's: the length of a q list)."""
+        if 0 < self.cfg.batch_limit < texts:
+            raise RequestError(400, f"Invalid request: request ({texts} texts) exceeds the batch limit "
+                                    f"({self.cfg.batch_limit} texts, the server's --batch-limit)")
+
+    def check_rate(self, address: str, key: Optional[str]) -> None:
+        """One more request of its client within its requests per minute, else a 429 saying when to retry. The
+        client is its API key when keys are in use (a key's own limit from the keys file wins), else its IP
+        address."""
+        if key is not None and self.keys:
+            wait = self.limiter.take("key:" + key, self.keys.get(key))
+            own = self.keys.get(key) is not None
+        else:
+            wait, own = self.limiter.take("ip:" + address), False
+        if wait is not None:
+            seconds = retry_after(wait)
+            limit = f"this API key's {self.keys[key]}" if own else f"{self.cfg.req_limit} (the server's --req-limit)"
+            raise RequestError(429, f"Too many requests: over {limit} requests per minute; retry in {seconds} s",
+                               headers={"Retry-After": str(seconds)})
+
     def check_sentences(self, sentences: int) -> None:
         if sentences > self.cfg.max_sentences:
             raise RequestError(400, f"Invalid request: request ({sentences} sentences) exceeds the limit of "
@@ -116,30 +146,47 @@ class Service:
     async def translate_jobs(self, request, jobs: Sequence[DirectionJob], scores: bool = True) -> list[list[tuple]]:
         """Several directions' sentences at once (a request whose texts are in several languages): each job's
         hypotheses as :meth:`translate` gives them. Every job is encoded before any is queued, so a sentence
-        the model refuses (a 400) leaves nothing queued; they are then decoded alongside each other and
-        waited for together, within one --request-timeout."""
-        queued = []
-        for job in jobs:
-            ids, options = job.model.encode(job.sentences), job.options
-            if job.phrases is not None:
-                wanted = job.model.encode_constraints(job.phrases, ids)
-                ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
-                options = {**options, "constraints": "unordered"}
-            key = (job.model.source, job.model.target, job.model.options_key(options, scores, job.alignment))
-            queued.append((key, ids, [i for i, x in enumerate(ids) if len(x) > 1]))  # empty: only its EOS
-        futures = [self.batcher.submit(key, [ids[i] for i in nonempty]) for key, ids, nonempty in queued]
+        the model refuses (a 400) leaves nothing queued; a sentence the cache holds is answered from it, the
+        others are decoded alongside each other and waited for together, within one --request-timeout."""
+        queued = [self._lookup(job, scores) for job in jobs]
+        futures = [self.batcher.submit(key, [ids[i] for i in missing]) for key, ids, _, _, missing in queued]
         try:
             found = await self._wait(request, asyncio.gather(*futures))
         finally:
             for future in futures:  # one failed: the others are not waited for either
                 future.cancel()
         answers = []
-        for (_, ids, nonempty), hyps_of in zip(queued, found):
-            results: list[tuple] = [()] * len(ids)
-            for i, hyps in zip(nonempty, hyps_of):
+        for (_, _, results, cache_keys, missing), hyps_of in zip(queued, found):
+            for i, hyps in zip(missing, hyps_of):
                 results[i] = hyps
+                if cache_keys is not None:
+                    self.cache.put(cache_keys[i], hyps)
             answers.append(results)
         return answers
+
+    def _lookup(self, job: DirectionJob, scores: bool) -> tuple:
+        """A job encoded: its decoder key, its sentences' ids, their results so far (empty sentences, which
+        are only their EOS, and cache hits), their cache keys (None: not cached, a sampled search) and the
+        positions still to decode."""
+        ids, options = job.model.encode(job.sentences), job.options
+        if job.phrases is not None:
+            wanted = job.model.encode_constraints(job.phrases, ids)
+            ids = [ConstrainedIds(x, p) for x, p in zip(ids, wanted)]
+            options = {**options, "constraints": "unordered"}
+        key = (job.model.source, job.model.target, job.model.options_key(options, scores, job.alignment))
+        results: list[Any] = [()] * len(ids)
+        cached = self.cfg.cache_size > 0 and job.model.deterministic(key[2])
+        cache_keys = [sentence_key(key, x) for x in ids] if cached else None
+        missing = []
+        for i, x in enumerate(ids):
+            if len(x) <= 1:  # empty: only its EOS
+                continue
+            hit = self.cache.get(cache_keys[i]) if cache_keys is not None else None
+            if hit is None:
+                missing.append(i)
+            else:
+                results[i] = hit
+        return key, ids, results, cache_keys, missing
 
     async def _wait(self, request, future: asyncio.Future) -> list:
         """The future's result; 503 after --request-timeout, :data:`CLIENT_GONE` when the client disconnects.
