@@ -54,10 +54,11 @@ def data_argument(args) -> list[str]:
 
 def start_server(args, engine: str, batching: bool):
     workers = ["--decode-workers", str(args.decode_workers)] if args.decode_workers else []
+    # --cache-size 0: every request is decoded (the warm-up sends sentences the measured load sends again)
     command = [str(BIN / "nmt-serve"), *data_argument(args), "--path", args.path, "--cpu", "--threads",
                str(args.threads), "--engine", engine, "--port", "0", "--batching" if batching else "--no-batching",
-               "--max-wait-ms", str(args.max_wait_ms), *workers, *ENGINE_FLAGS[engine], *args.search.split(),
-               *args.extra]
+               "--max-wait-ms", str(args.max_wait_ms), "--cache-size", "0", *workers, *ENGINE_FLAGS[engine],
+               *args.search.split(), *args.extra]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         found = re.search(r"serving .+ on http://([\d.]+):(\d+) \(engine", line)
