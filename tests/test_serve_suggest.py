@@ -109,3 +109,15 @@ def test_preprocess_binarizes_exactly_the_suggested_pairs(stored, trained_transl
         decoded = [[dictionary[int(i)] for i in split[k]] for k in range(len(split))]
         assert decoded == [codec.encode(pair[side]).split() + ["</s>"] for pair in PAIRS]
     assert len(_rows(db)) == 1 + len(PAIRS)  # read, not changed
+
+
+def test_a_file_that_is_not_a_database_is_refused_at_start_and_kept(trained_translation, tmp_path, capsys):
+    from nmt_toolkit.cli.serve import run
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes\n" * 100)
+    t = trained_translation
+    assert run([str(t.data), "--path", str(t.first), "--cpu", "--port", "0", "--suggestions", str(notes)]) != 0
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--suggestions" in error and str(notes) in error
+    assert notes.read_text() == "the user's notes\n" * 100
