@@ -55,6 +55,10 @@ def test_suggestions_are_stored_with_their_fields(stored):
     for row in rows[1:]:
         assert len(row[5]) == 20 and row[5][10] == "T" and row[5].endswith("Z")
     assert httpx.get(process.url + "/frontend/settings", timeout=10).json()["suggestions"] is True
+    schema = httpx.get(process.url + "/openapi.json", timeout=10).json()["paths"]["/suggest"]["post"][
+        "requestBody"]["content"]["application/json"]["schema"]
+    assert {"q", "s", "source", "target"} <= set(schema["required"])
+    assert process.metrics()['nmt_serve_requests_total{endpoint="/suggest",status="200"}'] == 3
 
 
 @pytest.mark.parametrize("body, words", [
