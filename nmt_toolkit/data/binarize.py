@@ -389,13 +389,15 @@ def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -
 
 def _from_databases(cfg: PreprocessConfig, prefixes: Optional[str], option: str, folder: str) -> Optional[str]:
     """``prefixes`` with each ``sqlite:DB`` entry replaced by the prefix of text files holding its pairs of the
-    run's direction (an empty one is refused later, as an empty text corpus is)."""
+    run's direction; a database without any is refused, as an empty text corpus is."""
     if not suggestions.names_database(prefixes):
         return prefixes
     entries = [p for p in prefixes.split(",") if p]
     for k, path in suggestions.database_prefixes(prefixes):
         prefix = os.path.join(folder, f"{option.strip('-')}{k}")
         n = suggestions.write_corpus(path, cfg.source_lang, cfg.target_lang, prefix, f"{option} {entries[k]}")
+        if n == 0:  # named here: the text files standing in for it are temporary
+            raise DataError(f"{option} {entries[k]}: no suggestions of {cfg.source_lang}-{cfg.target_lang} in it")
         logger.info("%s %s: %d suggestions of %s-%s", option, entries[k], n, cfg.source_lang, cfg.target_lang)
         entries[k] = prefix
     return ",".join(entries)
