@@ -49,6 +49,7 @@ def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(HTTPException, _http_error)
     _libretranslate_routes(app, service)
+    _suggest_route(app, service)
     _native_routes(app, service)
     _service_routes(app, service, metrics)
     return app
@@ -107,6 +108,20 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         found = await service.detect("\n".join(texts))
         return [{"confidence": confidence, "language": code} for code, confidence in found]
 
+    @app.get("/languages")
+    async def languages():
+        """LibreTranslate's languages: each source language with the targets it translates into."""
+        return [{"code": code, "name": language_name(code), "targets": targets}
+                for code, targets in service.pool.languages().items()]
+
+    @app.get("/frontend/settings")
+    async def frontend_settings():
+        """LibreTranslate's settings for its web page and browser extensions: the server's limits and
+        features, and the language pair a page shows first (docs/serving.md lists each field)."""
+        return frontend_settings_of(service)
+
+
+def _suggest_route(app: FastAPI, service: Service) -> None:
     @app.post("/suggest", openapi_extra=_body_schema(SuggestRequest),
               responses={400: {"description": "bad request: {\"error\": …}"}, 401: {"description": "no valid key"},
                          403: {"description": "suggestions are disabled (no --suggestions)"}})
@@ -128,18 +143,6 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
             logger.error("/suggest: %s", exc)
             raise RequestError(500, "Could not store the suggestion") from None
         return {"success": True}
-
-    @app.get("/languages")
-    async def languages():
-        """LibreTranslate's languages: each source language with the targets it translates into."""
-        return [{"code": code, "name": language_name(code), "targets": targets}
-                for code, targets in service.pool.languages().items()]
-
-    @app.get("/frontend/settings")
-    async def frontend_settings():
-        """LibreTranslate's settings for its web page and browser extensions: the server's limits and
-        features, and the language pair a page shows first (docs/serving.md lists each field)."""
-        return frontend_settings_of(service)
 
 
 def frontend_settings_of(service: Service) -> dict:
