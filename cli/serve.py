@@ -19,6 +19,7 @@ otherwise, and on SIGTERM answers the requests in flight, then exits 0. See docs
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from nmt_toolkit.cli.decoding import DecodeDeviceConfig, load_translator
@@ -48,6 +49,7 @@ def serve_command(configs: dict) -> int:
                          "--glossary, --keep or the request's own glossary (/v1/translate)")
     glossary, keep = load_terminology(configs["terminology"])
     keys = read_api_keys(cfg.api_keys) if cfg.api_keys else None
+    suggestions = _suggestion_store(cfg.suggestions)
     sock = bind(cfg.host, cfg.port)  # a taken port is an error now, not after the model loaded
     try:
         cfg = dataclasses.replace(cfg, decode_workers=_decode_workers(configs))
@@ -58,11 +60,27 @@ def serve_command(configs: dict) -> int:
                                  "has not; use --engine torch")
             model.translator.check_glossary(glossary)
         translator = models[0].translator
-        service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator), glossary, keep)
+        service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator), glossary, keep,
+                                         suggestions)
         serve(service, metrics, sock)
     finally:
         sock.close()
     return 0
+
+
+def _suggestion_store(path):
+    """The database /suggest appends to (None without --suggestions), opened and checked before the port and
+    the model: a folder, a file that is not an SQLite database or a place that cannot be written is one
+    error line now, not a 500 at the first suggestion. An existing database keeps its rows."""
+    if not path:
+        return None
+    from nmt_toolkit.data.suggestions import SuggestionStore
+    from nmt_toolkit.outputs import check_writable_place
+
+    check_writable_place(os.path.realpath(path), f"--suggestions {path}")
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    return SuggestionStore(path)
 
 
 def _load_models(configs: dict) -> list:

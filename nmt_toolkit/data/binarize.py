@@ -44,7 +44,7 @@ import numpy as np
 
 from nmt_toolkit import outputs
 from nmt_toolkit.config import option
-from nmt_toolkit.data import data_bin, directions, subword
+from nmt_toolkit.data import data_bin, directions, subword, suggestions
 from nmt_toolkit.data.dictionary import Dictionary
 from nmt_toolkit.data.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from nmt_toolkit.data.lang_pairs import parse_lang_pairs
@@ -60,10 +60,14 @@ class PreprocessConfig:
     target_lang: Optional[str] = option(None, "target language (file suffix), e.g. de", metavar="LANG")
     trainpref: Optional[str] = option(None, "training files prefix: reads PREFIX.<src> and PREFIX.<tgt>; several "
                                             "comma-separated prefixes are several corpora, kept apart as the "
-                                            "splits train, train1, … (nmt-train --corpus-weights samples them)",
+                                            "splits train, train1, … (nmt-train --corpus-weights samples them); "
+                                            "sqlite:DB reads the (text, suggestion) pairs of <src> → <tgt> from "
+                                            "nmt-serve's --suggestions database DB",
                                       metavar="PREFIX")
-    validpref: Optional[str] = option(None, "validation files prefix(es), comma-separated (valid, valid1, …)", metavar="PREFIX")
-    testpref: Optional[str] = option(None, "test files prefix(es), comma-separated (test, test1, …)", metavar="PREFIX")
+    validpref: Optional[str] = option(None, "validation files prefix(es), comma-separated (valid, valid1, …; "
+                                            "sqlite:DB as for --trainpref)", metavar="PREFIX")
+    testpref: Optional[str] = option(None, "test files prefix(es), comma-separated (test, test1, …; sqlite:DB as "
+                                           "for --trainpref)", metavar="PREFIX")
     destdir: str = option("data-bin", "output folder (new, empty, or a data-bin)", metavar="DIR", output="folder")
     joined_dictionary: bool = option(False, "one dictionary for both languages (written as both dict files)")
     srcdict: Optional[str] = option(None, "reuse this source dictionary instead of building one", metavar="FILE")
@@ -151,6 +155,9 @@ class PreprocessConfig:
         parse_lang_pairs(self.lang_pairs)
         if self.num_shards > 1:
             raise UsageError(f"--num-shards {self.num_shards}: not with --lang-pairs")
+        if any(suggestions.names_database(p) for p in (self.trainpref, self.validpref, self.testpref)):
+            raise UsageError("sqlite: prefixes (nmt-serve's suggestions) are read for one direction; binarize them "
+                             "with --source-lang/--target-lang, not --lang-pairs")
         if len(training_prefixes(self.trainpref)) > 1:
             raise UsageError(f"--trainpref {self.trainpref}: one prefix with --lang-pairs (each language's "
                              f"file is PREFIX.<lang>)")
@@ -363,8 +370,40 @@ class _ShardWriter:
 
 
 def preprocess(cfg: PreprocessConfig, command: Optional[Sequence[str]] = None) -> dict:
-    """Run the whole pipeline; returns this run's ``preprocess.json`` record. Raises DataError/UsageError."""
+    """Run the whole pipeline; returns this run's ``preprocess.json`` record. Raises DataError/UsageError.
+
+    A ``sqlite:DB`` prefix (nmt-serve's suggestions) is first written out as a pair of text files in a
+    temporary folder, which then stands in for it: the rest of the pipeline (scanning, chunking, workers)
+    reads text files only, and the database is only read."""
     cfg.validate()
+    prefs = (cfg.trainpref, cfg.validpref, cfg.testpref)
+    if not any(suggestions.names_database(p) for p in prefs):
+        return _preprocess_files(cfg, command)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="nmt-suggestions.") as folder:
+        train, valid, test = (_from_databases(cfg, p, option, folder) for p, option in
+                              zip(prefs, ("--trainpref", "--validpref", "--testpref")))
+        return _preprocess_files(dataclasses.replace(cfg, trainpref=train, validpref=valid, testpref=test), command)
+
+
+def _from_databases(cfg: PreprocessConfig, prefixes: Optional[str], option: str, folder: str) -> Optional[str]:
+    """``prefixes`` with each ``sqlite:DB`` entry replaced by the prefix of text files holding its pairs of the
+    run's direction; a database without any is refused, as an empty text corpus is."""
+    if not suggestions.names_database(prefixes):
+        return prefixes
+    entries = [p for p in prefixes.split(",") if p]
+    for k, path in suggestions.database_prefixes(prefixes):
+        prefix = os.path.join(folder, f"{option.strip('-')}{k}")
+        n = suggestions.write_corpus(path, cfg.source_lang, cfg.target_lang, prefix, f"{option} {entries[k]}")
+        if n == 0:  # named here: the text files standing in for it are temporary
+            raise DataError(f"{option} {entries[k]}: no suggestions of {cfg.source_lang}-{cfg.target_lang} in it")
+        logger.info("%s %s: %d suggestions of %s-%s", option, entries[k], n, cfg.source_lang, cfg.target_lang)
+        entries[k] = prefix
+    return ",".join(entries)
+
+
+def _preprocess_files(cfg: PreprocessConfig, command: Optional[Sequence[str]]) -> dict:
     data_bin.claim(os.path.realpath(cfg.destdir), cfg.destdir)
     src, tgt = cfg.source_lang, cfg.target_lang
     splits = _split_prefixes(cfg)

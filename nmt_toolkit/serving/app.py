@@ -1,4 +1,4 @@
-"""The HTTP application: LibreTranslate's ``/translate``, ``/detect`` and ``/languages``, the native
+"""The HTTP application: LibreTranslate's ``/translate``, ``/detect``, ``/suggest`` and ``/languages``, the native
 ``/v1/translate``, ``/health``, ``/metrics``, the web page at ``/`` and FastAPI's OpenAPI document
 (``/openapi.json``, ``/docs``).
 
@@ -16,16 +16,17 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from nmt_toolkit.config import shown_value
+from nmt_toolkit.errors import NmtError
 from nmt_toolkit.serving.languages import language_name
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
-from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest, check_api_key,
-                                          fields_of, parse, read_body)
+from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest,
+                                          SuggestRequest, check_api_key, fields_of, parse, read_body)
 from nmt_toolkit.serving.markup import AlignedHtml, text_of
 from nmt_toolkit.serving.text import PlainText
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
-ENDPOINTS = ("/", "/translate", "/detect", "/languages", "/frontend/settings", "/v1/translate", "/health", "/metrics",
+ENDPOINTS = ("/", "/translate", "/detect", "/suggest", "/languages", "/frontend/settings", "/v1/translate", "/health", "/metrics",
              "/openapi.json", "/docs")
 
 logger = logging.getLogger("nmt_toolkit.serve")
@@ -48,6 +49,7 @@ def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(HTTPException, _http_error)
     _libretranslate_routes(app, service)
+    _suggest_route(app, service)
     _native_routes(app, service)
     _service_routes(app, service, metrics)
     return app
@@ -119,16 +121,40 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         return frontend_settings_of(service)
 
 
+def _suggest_route(app: FastAPI, service: Service) -> None:
+    @app.post("/suggest", openapi_extra=_body_schema(SuggestRequest),
+              responses={400: {"description": "bad request: {\"error\": …}"}, 401: {"description": "no valid key"},
+                         403: {"description": "suggestions are disabled (no --suggestions)"}})
+    async def suggest(request: Request):
+        """LibreTranslate's suggest: ``q`` (a text), ``s`` (the translation suggested for it), ``source``,
+        ``target`` → ``{"success": true}`` once stored in the --suggestions database, as fine-tuning data
+        (nmt-preprocess --trainpref sqlite:DB). The write runs off the event loop."""
+        if service.suggestions is None:
+            raise RequestError(403, "Suggestions are disabled on this server.")
+        req = parse(SuggestRequest, await _fields(request, service))
+        for name in ("q", "s"):
+            if not getattr(req, name).strip():
+                raise RequestError(400, f"Invalid request: missing {name} parameter")
+        model = service.model_for(req.source, req.target)
+        service.check_chars([req.q, req.s])
+        try:
+            await asyncio.to_thread(service.suggestions.add, model.name, req.source, req.target, req.q, req.s)
+        except NmtError as exc:
+            logger.error("/suggest: %s", exc)
+            raise RequestError(500, "Could not store the suggestion") from None
+        return {"success": True}
+
+
 def frontend_settings_of(service: Service) -> dict:
     """What LibreTranslate's ``/frontend/settings`` answers, with this server's values: a feature it lacks
-    (suggestions, file translation) is off, so a client does not offer it."""
+    (file translation, suggestions without --suggestions) is off, so a client does not offer it."""
     source, target = service.pool.pairs()[0]
     return {
         "charLimit": service.cfg.max_chars,
         "frontendTimeout": 500,  # LibreTranslate's default: milliseconds the page waits after typing
         "apiKeys": bool(service.keys),
         "keyRequired": bool(service.keys),
-        "suggestions": False,
+        "suggestions": service.suggestions is not None,
         "filesTranslation": False,
         "supportedFilesFormat": [],
         "language": {"source": {"code": source, "name": language_name(source)},
@@ -232,7 +258,6 @@ def _native_routes(app: FastAPI, service: Service) -> None:
 def _request_glossary(pairs, service: Service, model):
     """A request's own glossary (``{source term: target term}`` or ``[[source, target], …]``) under the
     server's matching rules, its target terms checked against the model; None when it brings none."""
-    from nmt_toolkit.errors import NmtError
     from nmt_toolkit.generation.terminology import Glossary
 
     if pairs is None:

@@ -41,7 +41,7 @@ class ServeConfig:
                                  "/v1/translate (400 above; 0: no limit but --max-sentences)", low=0,
                               high=1_000_000)
     req_limit: int = option(0, "requests per minute of one client (its API key when keys are in use, else its "
-                               "IP address) to /translate, /detect and /v1/translate; 429 above, with Retry-After "
+                               "IP address) to /translate, /detect, /suggest and /v1/translate; 429 above, with Retry-After "
                                "(0: no limit; a key's own number in the --api-keys file wins)", low=0,
                             high=1_000_000)
     cache_size: int = option(10_000, "sentences whose translations are kept for the next request that asks the "
@@ -56,8 +56,12 @@ class ServeConfig:
                              multiple=True, metavar="FOLDER")
     api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments), each optionally followed "
                                            "by its requests per minute (else --req-limit's; 0: none): requests to "
-                                           "/translate, /detect and /v1/translate must carry one (api_key field or "
+                                           "/translate, /detect, /suggest and /v1/translate must carry one (api_key field or "
                                            "Authorization: Bearer), else 401", metavar="FILE")
+    suggestions: Optional[str] = option(None, "store what clients send to /suggest (a text and the translation "
+                                              "they suggest for it) in this SQLite database, created if missing, "
+                                              "else appended to; nmt-preprocess --trainpref sqlite:DB reads it "
+                                              "(without it, /suggest is a 403)", metavar="DB", output="file")
 
     def validate(self) -> None:
         if self.max_nbest > self.max_beam:

@@ -43,6 +43,18 @@ class DetectRequest(BaseModel):
     api_key: Optional[str] = None
 
 
+class SuggestRequest(BaseModel):
+    """``POST /suggest`` as LibreTranslate takes it (JSON or a form): a better translation of a text."""
+
+    model_config = ConfigDict(extra="allow")
+
+    q: str = Field(description="the source text")
+    s: str = Field(description="the translation suggested for it")
+    source: str = Field(description="source language code")
+    target: str = Field(description="target language code")
+    api_key: Optional[str] = None
+
+
 def _search_option_fields() -> dict[str, Any]:
     """The request fields of the search options: GenerationConfig's fields of
     :data:`~nmt_toolkit.serving.models.REQUEST_OPTIONS`, with their types and their flags' help, range and

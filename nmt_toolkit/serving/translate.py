@@ -33,6 +33,7 @@ class Service:
     glossary: Any = None  # the served glossary (--glossary) and keep patterns (--keep): every request's
     keep: Any = None      # terms unless a /v1/translate request brings its own glossary
     detector: Optional[Detector] = None  # the served languages' identifier; None without its library
+    suggestions: Any = None  # where /suggest stores (a SuggestionStore, --suggestions); None: refused
     limiter: RateLimiter = field(init=False)
     cache: TranslationCache = field(init=False)
 
