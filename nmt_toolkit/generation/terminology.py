@@ -332,6 +332,14 @@ def sentence_constraints(text: str, glossary: Optional[Glossary], keep: Optional
     return list(dict.fromkeys(span.text for span in ordered))
 
 
+def with_terms(sources: Sequence[str], phrases: Optional[Sequence[Sequence[str]]], glossary: Optional[Glossary],
+               keep: Optional[KeepPatterns]) -> list[list[str]]:
+    """Each sentence's ``phrases`` (None: none) followed by its glossary terms and kept spans not among them."""
+    given = phrases if phrases is not None else [[] for _ in sources]
+    return [list(wanted) + [p for p in sentence_constraints(source, glossary, keep) if p not in wanted]
+            for source, wanted in zip(sources, given)]
+
+
 def load_terminology(cfg: TerminologyConfig) -> tuple[Optional[Glossary], Optional[KeepPatterns]]:
     """The glossary and the keep patterns ``cfg`` asks for (None for each it does not)."""
     glossary = Glossary.load(cfg.glossary, cfg.glossary_ignore_case, cfg.glossary_whole_words) if cfg.glossary \
@@ -363,9 +371,7 @@ class InputConstraints:
 
         if not self.active:
             return list(lines), None
-        sources, phrases = split_constraints(lines, what, first, unit) if self.explicit else \
-            (list(lines), [[] for _ in lines])
+        sources, phrases = split_constraints(lines, what, first, unit) if self.explicit else (list(lines), None)
         if self.glossary is not None or self.keep is not None:
-            for source, wanted in zip(sources, phrases):
-                wanted += [p for p in sentence_constraints(source, self.glossary, self.keep) if p not in wanted]
+            phrases = with_terms(sources, phrases, self.glossary, self.keep)
         return sources, phrases

@@ -273,16 +273,14 @@ class Translator:
 
     def _with_terms(self, sentences: Sequence[str], phrases, glossary: Any, keep: Any):
         """``phrases`` (or none) with each sentence's glossary terms and kept spans added."""
-        from nmt_toolkit.generation.terminology import Glossary, KeepPatterns, sentence_constraints
+        from nmt_toolkit.generation.terminology import Glossary, KeepPatterns, with_terms
 
         if glossary is not None and not isinstance(glossary, Glossary):
             glossary = Glossary.from_pairs(glossary)
         if keep is not None and not isinstance(keep, KeepPatterns):
             keep = KeepPatterns(keep, "keep")
         self.check_glossary(glossary)
-        extra = [sentence_constraints(s, glossary, keep) for s in sentences]
-        given = phrases or [[] for _ in sentences]
-        return [list(c) + [p for p in e if p not in c] for c, e in zip(given, extra)]
+        return with_terms(sentences, phrases, glossary, keep)
 
     def check_glossary(self, glossary) -> None:
         """Every target term of ``glossary`` (or None) encodes to target tokens the dictionary has: checked
