@@ -1,4 +1,4 @@
-"""HTML translated with its markup (serving/markup.py, serving/placement.py): hand-checked placements, read back
+"""HTML translated with its markup (markup/html.py, markup/placement.py): hand-checked placements, read back
 by a parser independent of lxml (tests/html_check.py: the standard library's) and by xml.etree.
 
 Most tests translate with a stand-in "model" that upper-cases each word and aligns it to the word it came
@@ -16,9 +16,8 @@ pytest.importorskip("lxml", reason="format html needs lxml (the [serve] extra)")
 
 from html_check import first_difference, parse_strict, tagged  # noqa: E402
 
-from nmt_toolkit.serving.markup import HtmlText  # noqa: E402
-from nmt_toolkit.serving.models import RequestError  # noqa: E402
-from nmt_toolkit.serving.placement import Aligned, piece_spans, word_alignment, words_of  # noqa: E402
+from nmt_toolkit.markup.html import HtmlText  # noqa: E402
+from nmt_toolkit.markup.placement import Aligned, piece_spans, word_alignment, words_of  # noqa: E402
 
 
 def upper_case(sentence: str, order=None, links=None) -> Aligned:
@@ -184,16 +183,18 @@ def test_broken_html_is_answered_repaired_and_well_formed():
 
 
 def test_the_text_of_html_is_what_is_translated():
-    from nmt_toolkit.serving.markup import text_of
+    from nmt_toolkit.markup.html import text_of
 
     assert text_of('<p title="A title.">Ein <a href="https://example.com/the-page">Hund</a>.</p><script>var '
                    'x;</script><pre>code</pre>') == "A title. Ein Hund."
 
 
-def test_a_document_that_cannot_be_read_is_a_one_line_400():
-    with pytest.raises(RequestError) as caught:
+def test_a_document_that_cannot_be_read_is_a_one_line_data_error():
+    from nmt_toolkit.markup.html import UnreadableHtml
+
+    with pytest.raises(UnreadableHtml) as caught:
         HtmlText("<!DOCTYPE html>", "en")
-    assert caught.value.status == 400 and "\n" not in caught.value.message
+    assert caught.value.exit_code == 1 and "\n" not in str(caught.value)
 
 
 def test_xhtml_safe_answers_parse_as_xml_with_the_same_elements():
@@ -260,7 +261,7 @@ def served(trained_translation):
 def _translate(served, *htmls: str) -> list[str]:
     """As the server translates format html, less the batcher: the sentences decoded, with their alignments,
     in one batch."""
-    from nmt_toolkit.serving.markup import AlignedHtml
+    from nmt_toolkit.markup.html import AlignedHtml
 
     docs = [AlignedHtml(html, served) for html in htmls]
     found = iter(served.decode(served.options_key({}, alignment=True),

@@ -17,13 +17,13 @@ from starlette.exceptions import HTTPException
 
 from nmt_toolkit.config import shown_value
 from nmt_toolkit.errors import NmtError
+from nmt_toolkit.markup.html import AlignedHtml, UnreadableHtml, text_of
+from nmt_toolkit.markup.sentences import PlainText
 from nmt_toolkit.serving.languages import language_name
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
 from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, NativeTranslateRequest,
                                           SuggestRequest, check_api_key, fields_of, parse, read_body)
-from nmt_toolkit.serving.markup import AlignedHtml, text_of
-from nmt_toolkit.serving.text import PlainText
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
 ENDPOINTS = ("/", "/translate", "/detect", "/suggest", "/languages", "/frontend/settings", "/v1/translate", "/health", "/metrics",
@@ -62,7 +62,7 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         """LibreTranslate's translate: ``q`` (a text or a list), ``source`` (or ``auto``), ``target`` →
         ``translatedText`` (and ``detectedLanguage`` for ``auto``). Texts are split into lines and sentences,
         translated, and re-joined with their whitespace; ``format: html`` keeps the markup
-        (``serving/markup.py``)."""
+        (``markup/html.py``)."""
         fields = await _fields(request, service)
         req = parse(LibreTranslateRequest, fields)
         if not req.q:
@@ -77,7 +77,7 @@ def _libretranslate_routes(app: FastAPI, service: Service) -> None:
         html = req.format == "html"
         detected = None
         if req.source == "auto":  # HTML: its language is its text's, not its markup's
-            detected = await service.detect_sources(await asyncio.to_thread(lambda: [text_of(t) for t in texts])
+            detected = await service.detect_sources(await _read_q(lambda: [text_of(t) for t in texts])
                                                     if html else texts)
         models = _models_for(service, texts, req.source, req.target, detected)
         if html:
@@ -185,6 +185,16 @@ def _check_alignments(models) -> None:
             raise RequestError(400, f"html format needs the model's word alignments: {reason}")
 
 
+async def _read_q(read):
+    """``read()`` in a worker thread (parsing a page is work); a text it cannot read is a 400."""
+    try:
+        return await asyncio.to_thread(read)
+    except UnreadableHtml as exc:
+        raise RequestError(400, f"Invalid request: q is {exc}") from None
+    except NmtError as exc:
+        raise RequestError(400, str(exc)) from None
+
+
 async def _translate_texts(request: Request, service: Service, texts, models, nbest: int,
                            html: bool = False) -> list[tuple]:
     """Each text as ``(the text read, hypotheses of each of its sentences)``: split by its own language's
@@ -193,7 +203,7 @@ async def _translate_texts(request: Request, service: Service, texts, models, nb
     def read(text, model):
         return AlignedHtml(text, model) if html else PlainText(text, model.source)
 
-    split = await asyncio.to_thread(lambda: [read(text, model) for text, model in zip(texts, models)])
+    split = await _read_q(lambda: [read(text, model) for text, model in zip(texts, models)])
     service.check_sentences(sum(len(r.sentences) for r in split))
     by_direction: dict[str, list[int]] = {}
     for i, model in enumerate(models):

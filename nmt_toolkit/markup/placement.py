@@ -27,7 +27,7 @@ in between that belong elsewhere. Elements are placed top-down, so they nest as 
   when it is written against that word, or else beside the nearest source word that is aligned anywhere.
   Between sentences (in the whitespace the translation keeps as it is) it stays where it was.
 
-Everything here is positions: :mod:`nmt_toolkit.serving.markup` reads the HTML and writes it back.
+Everything here is positions: :mod:`nmt_toolkit.markup.html` reads the HTML and writes it back.
 """
 from __future__ import annotations
 

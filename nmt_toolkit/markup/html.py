@@ -7,11 +7,11 @@ back, so the answer is well-formed and holds the same elements with the same att
 
 - **Runs.** A block (``p``, ``div``, ``li``, ``td``, ``h1``…: every element that is not inline) holds runs:
   its text and inline children between two block children. A run's text (HTML whitespace read as spaces,
-  ``<br>`` as a line break) is split into sentences as plain text is (:mod:`~nmt_toolkit.serving.text`), and
+  ``<br>`` as a line break) is split into sentences as plain text is (:mod:`~nmt_toolkit.markup.sentences`), and
   each sentence is translated whole, its inline tags taken out, so the model reads it in context.
 - **Inline tags** (``a``, ``b``, ``i``, ``em``, ``strong``, ``span``, ``u``, ``sub``…) are put back around the
   target words aligned to the source words they wrapped, through the model's cross-attention, nested as they
-  were: :mod:`~nmt_toolkit.serving.placement` gives the method and its fallbacks (an element whose words align
+  were: :mod:`~nmt_toolkit.markup.placement` gives the method and its fallbacks (an element whose words align
   nowhere is kept, empty, at the nearest position; spans that would cross are shrunk). Sibling tags follow the
   translation's word order. With the tags taken out, the answer's text is the plain translation of the same
   sentences; the whitespace between sentences is the source's.
@@ -34,10 +34,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from nmt_toolkit.serving.models import RequestError
-from nmt_toolkit.serving.placement import (INLINE, POINT, VERBATIM, Aligned, Node, RunTranslation, ordered, place,
+from nmt_toolkit.errors import DataError, UsageError
+from nmt_toolkit.markup.placement import (INLINE, POINT, VERBATIM, Aligned, Node, RunTranslation, ordered, place,
                                            words_of)
-from nmt_toolkit.serving.text import join_text, sentences_of, split_text
+from nmt_toolkit.markup.sentences import join_text, sentences_of, split_text
 
 #: inline elements: their words are translated within the sentence and the tag put back around the translation
 INLINE_TAGS = frozenset("a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark q s small span "
@@ -125,6 +125,10 @@ class _Attribute:
     element: Any
     name: str
     lines: list
+
+
+class UnreadableHtml(DataError):
+    """A text lxml's parser gives up on (it repairs most of what browsers repair; what it cannot is this)."""
 
 
 class HtmlText:
@@ -271,14 +275,13 @@ def _parse(html: str, whole: bool):
         import lxml.html
         from lxml import etree
     except ImportError:
-        raise RequestError(400, "html format needs lxml, which is not installed (pip install -e '.[serve]')") from None
+        raise UsageError("html format needs lxml, which is not installed (pip install -e '.[serve]')") from None
     try:
         if whole:
             return lxml.html.document_fromstring(html)
         root = lxml.html.fragment_fromstring(html, create_parent="div")
     except (etree.ParserError, ValueError) as exc:
-        raise RequestError(400, f"Invalid request: q is not HTML the parser can read ({' '.join(str(exc).split())})"
-                           ) from None
+        raise UnreadableHtml(f"not HTML the parser can read ({' '.join(str(exc).split())})") from None
     lead = html[: len(html) - len(html.lstrip())]
     if lead:
         root.text = lead + (root.text or "").lstrip()
