@@ -203,6 +203,14 @@ class Translator:
         return encode_lines(lines, self.task.src_dict, self.task.subword(), self.source_limit(budget), what, first, unit,
                             self.target_lang_tag(), self.task.tag_source)
 
+    def source_pieces(self, sentences: Sequence[str], ids: Sequence[np.ndarray]) -> list[list[Optional[str]]]:
+        """Each sentence as the model reads it (``ids``: its :meth:`encode` result), one entry per source
+        position: its subword piece, or None for a language tag and the end token. An alignment's source
+        positions index this list."""
+        codec = self.task.subword()
+        pieces = codec.encode_pieces_batch(list(sentences)) if codec is not None else [s.split() for s in sentences]
+        return [[None] * (len(x) - 1 - len(p)) + list(p) + [None] for p, x in zip(pieces, ids)]  # tags, pieces, EOS
+
     def target_lang_tag(self) -> Optional[str]:
         """The language token put before every source: ``--target-lang-tag``, else the model folder's or the
         data-bin's (checked when its file was read). A flag's tag that is no language tag of the source
