@@ -73,6 +73,8 @@ def _check_before_setup(io: GenerateIOConfig) -> None:
     if io.format == "html" and (not io.input or io.num_shards > 1 or io.attention_plot):
         raise UsageError("--format html translates the HTML lines of --input FILE, unsharded and without "
                          "--attention-plot (a binarized split is text already encoded)")
+    if io.attention_plot and io.engine == "ctranslate2":
+        raise UsageError("--attention-plot plots the torch model's layers: use --engine torch")
     if io.attention_plot:
         check_folder(io.attention_plot, ATTENTION_PLOTS, f"--attention-plot {io.attention_plot}")
         try:

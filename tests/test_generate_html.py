@@ -126,3 +126,31 @@ def test_html_errors_are_one_line(trained_translation, capsys, tmp_path):
         assert rc == status and out == "", (argv, err)
         errors = [line for line in err.splitlines() if not line[:4].isdigit()]  # but the log's dated lines
         assert len(errors) == 1 and errors[0].startswith("nmt-generate: error: ") and words in errors[0], err
+
+
+@pytest.mark.slow
+def test_the_ctranslate2_engine_places_tags_as_the_torch_engine(trained_translation, trained_ct2_export, capsys,
+                                                                tmp_path):
+    """An export's alignments are the torch engine's (the mean of the last layer's heads): the same hand-checked
+    HTML and A- lines; an export whose record names no alignment heads is refused in one line."""
+    import json
+    import shutil
+
+    lines = ['<p title="A cat sits.">A <b>dog</b> runs.</p>', "A <b>small <i>cat</i></b> runs."]
+    source = tmp_path / "in.html"
+    source.write_text("\n".join(lines) + "\n")
+    argv = ["--path", trained_ct2_export, "--engine", "ctranslate2", "--input", source, "--format", "html",
+            "--print-alignment"]
+    rc, out, err = _run(capsys, argv)
+    assert rc == 0, err
+    assert [h.split("\t")[2] for h in _lines(out, "H")] == ['<p title="A CAT SITS.">A <b>DOG</b> RUNS.</p>',
+                                                           "A <b>SMALL <i>CAT</i></b> RUNS."]
+    assert _lines(out, "A") == ["A-0\t0-0 1-1 2-2 3-3 4-4 5-5 6-6 7-7", "A-1\t0-0 1-1 2-2 3-3 4-4"]
+    older = tmp_path / "older"
+    shutil.copytree(trained_ct2_export, older)
+    record = json.loads((older / "nmt_export.json").read_text())
+    del record["alignment_heads"]
+    (older / "nmt_export.json").write_text(json.dumps(record))
+    rc, out, err = _run(capsys, [*argv[:1], older, *argv[2:]])
+    errors = [line for line in err.splitlines() if not line[:4].isdigit()]
+    assert rc == 2 and out == "" and len(errors) == 1 and "records no alignment_heads" in errors[0], err

@@ -116,11 +116,7 @@ class ServedModel(_OnOneTranslator):
 
     def alignment_refusal(self) -> Optional[str]:
         """Why this model's hypotheses come without word alignments (None: they can have them)."""
-        if self.translator.models is None:
-            return "the CTranslate2 engine gives none (run nmt-serve with --engine torch)"
-        if self.translator.gen.static_search == "on":
-            return "--static-search on records no attention (use --static-search auto)"
-        return None
+        return self.translator.alignment_refusal()
 
     def options_key(self, options: dict[str, Any], scores: bool = True, alignment: bool = False) -> tuple:
         """The request's search options as a hashable key, after checking them as nmt-generate checks its
