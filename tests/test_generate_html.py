@@ -10,8 +10,12 @@ import sys
 
 import pytest
 
+import numpy as np
+
 from nmt_toolkit.cli import generate as gen_cli
+from nmt_toolkit.cli import generate_html  # noqa: F401  (the fast loop imports every module)
 from nmt_toolkit.cli import interactive as inter_cli
+from nmt_toolkit.generation.html_lines import HtmlLines
 from nmt_toolkit.markup.placement import Aligned, word_pairs
 
 
@@ -38,6 +42,46 @@ def test_word_pairs_count_each_sides_words_across_the_sentences():
     unaligned = Aligned("Der große Hund.", ["▁Der", "▁groß", "e", "▁Hund", "."], [0, 4, 4, 2, 3],
                         ["▁A", "▁big", "▁dog", ".", None])
     assert word_pairs(["A big dog."], [unaligned]) == [(0, 0), (2, 2), (3, 3)]
+
+
+class _Pieces:
+    """A target dictionary whose ids are the pieces themselves, and the task around it."""
+
+    def string(self, tokens) -> str:
+        return " ".join(tokens)
+
+
+class _Translator:
+    task = type("Task", (), {"cfg": type("Cfg", (), {"source_lang": "en"})(), "tgt_dict": _Pieces()})()
+
+    @staticmethod
+    def detokenize(pieces: str) -> str:
+        return pieces.replace(" ", "").replace("\u2581", " ").strip()
+
+
+def _hyp(pieces: list[str], score: float, alignment: list[int]) -> dict:
+    return {"tokens": pieces, "score": score, "positional_scores": np.full(len(pieces) + 1, score / (len(pieces) + 1)),
+            "alignment": np.array(alignment)}
+
+
+def test_a_lines_ranks_take_each_sentences_hypothesis_of_that_rank_or_its_best():
+    """Worked by hand: two sentences, the first with two hypotheses, the second with one. Rank 1 renders the
+    first sentence's second hypothesis beside the second sentence's best; scores add up, per-token scores
+    follow each other, the tag wraps the word its word became."""
+    read = HtmlLines(_Translator(), ["<p>A <b>dog</b> runs. A cat.</p>", ""], "--input x")
+    assert read.sentences == ["A dog runs.", "A cat."]
+    read.tokens = [["\u2581A", "\u2581dog", "\u2581runs", ".", None], ["\u2581A", "\u2581cat", ".", None]]
+    found = {0: [_hyp(["\u2581EIN", "\u2581HUND", "\u2581LÄUFT", "."], -1.0, [0, 1, 2, 3]),
+                 _hyp(["\u2581ES", "\u2581LÄUFT", "\u2581EIN", "\u2581HUND", "."], -3.0, [2, 2, 0, 1, 3])],
+             1: [_hyp(["\u2581EINE", "\u2581KATZE", "."], -0.5, [0, 1, 2])]}
+    line, empty = read.hypotheses(found)
+    assert [h.html for h in line] == ["<p>EIN <b>HUND</b> LÄUFT. EINE KATZE.</p>",
+                                      "<p>ES LÄUFT EIN <b>HUND</b>. EINE KATZE.</p>"]
+    assert [h.score for h in line] == [-1.5, -3.5]
+    assert line[1].positional_scores == pytest.approx([-0.5] * 6 + [-0.125] * 4)
+    # words: "A dog runs ." are 0-3, "A cat ." 4-6; "ES LÄUFT EIN HUND ." 0-4, "EINE KATZE ." 5-7
+    assert line[1].pairs == ((2, 0), (2, 1), (0, 2), (1, 3), (3, 4), (4, 5), (5, 6), (6, 7))
+    assert [(h.html, h.score, h.pairs) for h in empty] == [("", 0, ())]
 
 
 @pytest.mark.slow
