@@ -43,12 +43,20 @@ class InputFormatConfig:
 
 
 def refuse_with_html(io, gen, terminology) -> None:
-    """What --format html cannot be combined with, in one line, before any model is loaded: the phrases of
-    --constraints, --glossary and --keep are found in a line's plain text, which html reads as markup."""
-    if io.format == "html" and (gen.constraints != "off" or terminology.glossary or terminology.keep or
-                                terminology.keep_defaults):
+    """What --format html needs and cannot be combined with, in one line, before any model is loaded: lxml
+    and sentencex (the [serve] extra); no --constraints, --glossary or --keep, whose phrases are found in a
+    line's plain text, which html reads as markup."""
+    if io.format != "html":
+        return
+    if gen.constraints != "off" or terminology.glossary or terminology.keep or terminology.keep_defaults:
         raise UsageError("--format html takes no --constraints, --glossary or --keep (their phrases are found in "
                          "plain text lines); use --format text")
+    try:
+        import lxml.html  # noqa: F401
+        import sentencex  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"--format html needs lxml and sentencex ({exc.name} is not installed): "
+                         f"pip install 'nmt_toolkit[serve]'") from None
 
 
 def choose_device(io: DecodeDeviceConfig):

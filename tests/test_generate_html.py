@@ -198,3 +198,15 @@ def test_the_ctranslate2_engine_places_tags_as_the_torch_engine(trained_translat
     rc, out, err = _run(capsys, [*argv[:1], older, *argv[2:]])
     errors = [line for line in err.splitlines() if not line[:4].isdigit()]
     assert rc == 2 and out == "" and len(errors) == 1 and "records no alignment_heads" in errors[0], err
+
+
+def test_without_the_html_libraries_the_program_says_which_to_install(tmp_path, capsys, monkeypatch):
+    """Before any model is read: one line naming the missing module and the extra that brings it."""
+    source = tmp_path / "in.html"
+    source.write_text("A <b>dog</b>.\n")
+    monkeypatch.setitem(sys.modules, "sentencex", None)  # import sentencex raises ImportError
+    rc, out, err = _run(capsys, [tmp_path / "no-data", "--path", tmp_path / "no.pt", "--input", source, "--format",
+                                 "html"])
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines() == ["nmt-generate: error: --format html needs lxml and sentencex (sentencex is "
+                                        "not installed): pip install 'nmt_toolkit[serve]'"]
