@@ -31,6 +31,34 @@ class DecodeDeviceConfig:
                                           "[default: torch's count]", metavar="N", low=1)
 
 
+@dataclass
+class InputFormatConfig:
+    """How nmt-generate --input and nmt-interactive read a line; shared by both."""
+
+    format: str = option("text", "text: each line is plain text; html: each line is an HTML text (a fragment or a "
+                                 "document) whose sentences are translated and whose markup is kept, inline tags "
+                                 "put around the words their words became (by the alignment); H-/D- lines hold "
+                                 "the rendered HTML and A- lines align words (docs/generation-and-scoring.md)",
+                         choices=("text", "html"))
+
+
+def refuse_with_html(io, gen, terminology) -> None:
+    """What --format html needs and cannot be combined with, in one line, before any model is loaded: lxml
+    and sentencex (the [serve] extra); no --constraints, --glossary or --keep, whose phrases are found in a
+    line's plain text, which html reads as markup."""
+    if io.format != "html":
+        return
+    if gen.constraints != "off" or terminology.glossary or terminology.keep or terminology.keep_defaults:
+        raise UsageError("--format html takes no --constraints, --glossary or --keep (their phrases are found in "
+                         "plain text lines); use --format text")
+    try:
+        import lxml.html  # noqa: F401
+        import sentencex  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"--format html needs lxml and sentencex ({exc.name} is not installed): "
+                         f"pip install 'nmt_toolkit[serve]'") from None
+
+
 def choose_device(io: DecodeDeviceConfig):
     import torch
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, constrained_translator, h_bpe_symbol, load_translator,
-                                      task_groups)
+from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, InputFormatConfig, constrained_translator, h_bpe_symbol,
+                                      load_translator, refuse_with_html, task_groups)
 from nmt_toolkit.cli.generate_output import open_output
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.errors import DataError, UsageError
@@ -29,7 +29,7 @@ logger = logging.getLogger("nmt_toolkit.generate")
 
 
 @dataclass
-class GenerateIOConfig(DecodeDeviceConfig):
+class GenerateIOConfig(DecodeDeviceConfig, InputFormatConfig):
     gen_subset: str = option("test", "binarized split to translate (ignored with --input)")
     input: Optional[str] = option(None, "translate this raw text file instead ('-': stdin), encoded with the "
                                         "data-bin's subword model", metavar="FILE")
@@ -64,11 +64,17 @@ class GenerateIOConfig(DecodeDeviceConfig):
 
 
 def _check_before_setup(io: GenerateIOConfig) -> None:
-    """What can be refused before any model is loaded: the shards, matplotlib, the results folder."""
+    """What can be refused before any model is loaded: the shards, html's input, matplotlib, the results
+    folder."""
     from nmt_toolkit.generation.output import ATTENTION_PLOTS, RESULTS_FOLDER
     from nmt_toolkit.outputs import check_folder, claim_folder
 
     _shard_from_torchrun(io)
+    if io.format == "html" and (not io.input or io.num_shards > 1 or io.attention_plot):
+        raise UsageError("--format html translates the HTML lines of --input FILE, unsharded and without "
+                         "--attention-plot (a binarized split is text already encoded)")
+    if io.attention_plot and io.engine == "ctranslate2":
+        raise UsageError("--attention-plot plots the torch model's layers: use --engine torch")
     if io.attention_plot:
         check_folder(io.attention_plot, ATTENTION_PLOTS, f"--attention-plot {io.attention_plot}")
         try:
@@ -159,7 +165,7 @@ def text_route(configs: dict) -> Optional[dict]:
     gen, io, task_cfg = configs["generation"], configs["io"], configs["task"]
     named_task = configs["components"].task if "components" in configs else None
     if io.engine != "ctranslate2" or not io.input or not gen.path or ":" in gen.path or task_cfg.data or \
-            gen.constraints != "off":
+            gen.constraints != "off" or io.format == "html":
         return None
     if io.num_shards > 1 or io.attention_plot or io.print_alignment or io.fp16 or io.bf16 or io.device == "cuda" or \
             gen.prefix_size or gen.score_reference or named_task not in (None, "translation"):
@@ -268,14 +274,20 @@ def generate(configs: dict) -> int:
     gen: GenerationConfig = configs["generation"]
     io: GenerateIOConfig = configs["io"]
     _check_before_setup(io)
+    refuse_with_html(io, gen, configs["terminology"])
     _check_folder_input(configs["task"], gen, io)
     record = text_route(configs)
     if record is not None:
         from nmt_toolkit.cli.generate_text import generate_text
 
         return generate_text(configs, record)
-    translator = load_translator(configs, need_attn=bool(io.print_alignment or io.attention_plot),
+    html = io.format == "html"
+    translator = load_translator(configs, need_attn=bool(io.print_alignment or io.attention_plot or html),
                                  scores=not (io.quiet or io.plain), replicas=_ct2_replicas(configs))
+    if html:
+        from nmt_toolkit.cli.generate_html import generate_html
+
+        return generate_html(translator, io)
     if io.attention_plot:
         _check_attention_plot(io, translator)
     translator, terms = constrained_translator(translator, gen, configs["terminology"])

@@ -20,8 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, constrained_translator, h_bpe_symbol, load_translator,
-                                      task_groups)
+from nmt_toolkit.cli.decoding import (DecodeDeviceConfig, InputFormatConfig, constrained_translator, h_bpe_symbol,
+                                      load_translator, refuse_with_html, task_groups)
 from nmt_toolkit.config import CommonConfig, Group, build_command, option
 from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.generation.terminology import TerminologyConfig
@@ -37,7 +37,7 @@ ONE_THREAD_BELOW = 8
 
 
 @dataclass
-class InteractiveIOConfig(DecodeDeviceConfig):
+class InteractiveIOConfig(DecodeDeviceConfig, InputFormatConfig):
     input: str = option("-", "read raw text from this file ('-': stdin)", metavar="FILE")
     buffer_size: int = option(1, "translate this many lines at a time (1: answer each line at once; below 8 lines "
                                  "the search runs on one thread unless --threads is given)", low=1)
@@ -56,9 +56,11 @@ def interactive(configs: dict) -> int:
         from nmt_toolkit.errors import UsageError
 
         raise UsageError("--score-reference and --prefix-size need references; use nmt-generate")
+    refuse_with_html(io, gen, configs["terminology"])
     if io.threads is None and io.buffer_size < ONE_THREAD_BELOW:
         io.threads = 1
-    translator, terms = constrained_translator(load_translator(configs, need_attn=io.print_alignment), gen,
+    need_attn = io.print_alignment or io.format == "html"
+    translator, terms = constrained_translator(load_translator(configs, need_attn=need_attn), gen,
                                                configs["terminology"])
     what = "stdin" if io.input == "-" else f"--input {io.input}"
     source = iter_lines(io.input, None if io.input == "-" else f"--input {io.input}")
@@ -67,8 +69,12 @@ def interactive(configs: dict) -> int:
         chunk = list(itertools.islice(source, max(1, io.buffer_size)))
         if not chunk:
             break
-        chunk, phrases, results = _translate_buffer(translator, io, terms, chunk, what, next_id)
-        sys.stdout.write("\n".join(_buffer_lines(translator, io, chunk, results, next_id, phrases)) + "\n")
+        if io.format == "html":
+            lines = _html_buffer(translator, io, chunk, what, next_id)
+        else:
+            chunk, phrases, results = _translate_buffer(translator, io, terms, chunk, what, next_id)
+            lines = _buffer_lines(translator, io, chunk, results, next_id, phrases)
+        sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
         next_id += len(chunk)
     return 0
@@ -92,6 +98,26 @@ def _translate_buffer(translator, io: InteractiveIOConfig, terms, chunk: list[st
         results = dict(zip(nonempty, translator.translate_batch(sample, need_attn=io.print_alignment,
                                                                 constraints=wanted)))
     return chunk, phrases, results
+
+
+def _html_buffer(translator, io: InteractiveIOConfig, chunk: list[str], what: str, next_id: int) -> list[str]:
+    """One buffer of HTML lines (``generation/html_lines.py``), all their sentences as one batch: the printed
+    lines, S-/H-/D-/P-(/A-) per line or with --plain the rendered HTML alone."""
+    from nmt_toolkit.generation.html_lines import HtmlLines
+    from nmt_toolkit.generation.output import html_lines, printable
+
+    read = HtmlLines(translator, chunk, what, first=next_id + 1)
+    ids = read.encode(budget=False)  # a buffer is one batch: only the positions limit a sentence
+    nonempty = [i for i, x in enumerate(ids) if len(x) > 1]
+    found = {}
+    if nonempty:
+        found = dict(zip(nonempty, translator.translate_batch(translator.collate([ids[i] for i in nonempty]),
+                                                               need_attn=True)))
+    lines = []
+    for i, (raw, hyps) in enumerate(zip(chunk, read.hypotheses(found))):
+        lines += [printable(hyps[0].html)] if io.plain else \
+            [f"S-{next_id + i}\t{printable(raw)}", *html_lines(next_id + i, hyps, io.print_alignment)]
+    return lines
 
 
 def _buffer_lines(translator, io: InteractiveIOConfig, chunk: list[str], results: dict, next_id: int,

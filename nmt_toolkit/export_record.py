@@ -63,6 +63,9 @@ def _check_export_record(record: dict, path: str) -> None:
     positions = record.get("max_positions")
     if not isinstance(positions, int) or isinstance(positions, bool) or not 1 <= positions <= 1_000_000:
         wrong("max_positions", "an integer in [1, 1000000]")
+    heads = record.get("alignment_heads")
+    if heads is not None and (not isinstance(heads, int) or isinstance(heads, bool) or heads < 1):
+        wrong("alignment_heads", "null or an integer >= 1")
     for key in ("source_lang", "target_lang"):
         if record.get(key) is not None and not is_language_code(record[key]):
             wrong(key, "null or a language code (ASCII letters, digits and _)")

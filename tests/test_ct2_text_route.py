@@ -85,12 +85,17 @@ def test_a_line_too_long_is_the_same_error_on_both_routes(export_folder, capsys,
 
 
 def test_options_of_the_translator_route_hold_on_the_text_route(export_folder, capsys):
-    """--print-alignment is refused as the Translator's route refuses it; --decode-workers sets the replicas."""
+    """--print-alignment takes the Translator's route, with or without the data-bin: the same lines; an
+    --attention-plot (the torch model's layers) is refused; --decode-workers sets the replicas."""
     data, folder, lines = export_folder
     common = ["--path", str(folder), "--input", str(lines), "--engine", "ctranslate2"]
+    printed = []
     for argv in (common, [str(data), *common]):
-        assert generate([*argv, "--print-alignment"]) == 2
-        assert "--engine ctranslate2 has no --print-alignment" in capsys.readouterr().err
+        assert generate([*argv, "--print-alignment"]) == 0
+        printed.append([line for line in capsys.readouterr().out.splitlines() if line.startswith("A-")])
+    assert printed[0] == printed[1] and len(printed[0]) == len(lines.read_text().splitlines())
+    assert generate([*common, "--attention-plot", str(folder.parent / "plots")]) == 2
+    assert "--attention-plot plots the torch model's layers" in capsys.readouterr().err
     assert generate([*common, "--threads", "2", "--decode-workers", "1", "--plain"]) == 0
     assert "1 replica(s), 2 thread(s) each" in capsys.readouterr().err
 

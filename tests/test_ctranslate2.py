@@ -93,10 +93,8 @@ def test_engine_names_the_options_it_lacks():
     gen = GenerationConfig(lenpen_style="fairseq", early_stop="beam")
     assert unsupported_options(gen) == []
     assert unsupported_options(GenerationConfig(lenpen=0.0, early_stop="beam")) == []  # no penalty: no style
-    lacking = unsupported_options(GenerationConfig(lenpen_style="gnmt", early_stop="bound", unkpen=2.0),
-                                  need_attn=True)
-    assert [x.split(" (")[0] for x in lacking] == ["--lenpen-style gnmt", "--early-stop bound", "--unkpen",
-                                                     "--print-alignment/--attention-plot"]
+    lacking = unsupported_options(GenerationConfig(lenpen_style="gnmt", early_stop="bound", unkpen=2.0))
+    assert [x.split(" (")[0] for x in lacking] == ["--lenpen-style gnmt", "--early-stop bound", "--unkpen"]
     # the defaults are each engine's own rules: CTranslate2's search, the paper's for the torch engine
     assert unsupported_options(GenerationConfig().for_engine("ctranslate2")) == []
     torch_rules = GenerationConfig().for_engine("torch")
@@ -120,20 +118,28 @@ def _generate(data, path, out, *extra):
     return hyps, [detok[i] for i in sorted(detok)]
 
 
+def _alignments(out) -> dict[int, list[str]]:
+    """Each sentence's A- pairs (``src-tgt``) of a --results-path run."""
+    text = (out / "generate-test.txt").read_text(encoding="utf-8")
+    return {int(m.group(1)): m.group(2).split() for m in re.finditer(r"^A-(\d+)\t(.*)$", text, re.M)}
+
+
 @pytest.mark.slow
 def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_learning_run, tmp_path):
     """Exported with quantization none, >= 98 % of the 1,000 test hypotheses identical to
-    the torch engine's, BLEU (sacreBLEU) within 0.3; int8 within 1.0 BLEU of float32."""
+    the torch engine's, BLEU (sacreBLEU) within 0.3, and on identical hypotheses the same alignment (A-
+    lines) for >= 99.5 % of the tokens; int8 within 1.0 BLEU of float32."""
     import sacrebleu
 
     from nmt_toolkit.cli.export import run as export_cli
 
     data, ck, raw = multi30k_learning_run.data, multi30k_learning_run.checkpoint, multi30k_learning_run.raw
     refs = (raw / "test.de").read_text(encoding="utf-8").splitlines()
-    ours, ours_d = _generate(data, ck, tmp_path / "torch")
+    ours, ours_d = _generate(data, ck, tmp_path / "torch", "--print-alignment")
     for q in ("none", "int8"):
         assert export_cli(["--path", str(ck), "--quantization", q, "--output-dir", str(tmp_path / q)]) == 0
-    ct2_h, ct2_d = _generate(data, tmp_path / "none", tmp_path / "ct2", "--engine", "ctranslate2", "--threads", "2")
+    ct2_h, ct2_d = _generate(data, tmp_path / "none", tmp_path / "ct2", "--engine", "ctranslate2", "--threads", "2",
+                             "--print-alignment")
     int8_h, int8_d = _generate(data, tmp_path / "int8", tmp_path / "int8out", "--engine", "ctranslate2")
     assert len(ours) == len(ct2_h) == 1000
     same = sum(ours[i] == ct2_h[i] for i in ours)
@@ -141,6 +147,11 @@ def test_ctranslate2_engine_agrees_with_nmt_generate_on_multi30k(multi30k_learni
             (("torch", ours_d), ("ct2", ct2_d), ("int8", int8_d))}
     print(f"identical {same}/1000, BLEU {bleu}")
     assert same >= 980
+    ours_a, ct2_a = _alignments(tmp_path / "torch"), _alignments(tmp_path / "ct2")
+    tokens = [(a, b) for i in ours if ours[i] == ct2_h[i] for a, b in zip(ours_a[i], ct2_a[i], strict=True)]
+    agree = sum(a == b for a, b in tokens)
+    print(f"alignment: {agree}/{len(tokens)} tokens the same")
+    assert agree >= 0.995 * len(tokens)
     assert abs(bleu["ct2"] - bleu["torch"]) <= 0.3
     assert abs(bleu["int8"] - bleu["ct2"]) <= 1.0
     assert len(set(ours.values())) > 500  # varied outputs: the agreement is not between degenerate hypotheses

@@ -23,6 +23,11 @@ CTranslate2's defaults name them); the decoder starts from ``</s>`` (fairseq's c
 CTranslate2 appends ``</s>`` to each source (``add_source_eos``), as our binarizer does. LayerNorm epsilon
 is torch's 1e-5.
 
+Alignment. The attention CTranslate2 returns (``return_attention``) is the spec's ``alignment_layer``
+averaged over its first ``alignment_heads`` heads (one by default); the export sets the last layer and every
+head, the attention our alignments take the argmax of (``generation/ct2_search.py``), and records
+``alignment_heads`` in ``nmt_export.json``.
+
 What CTranslate2 cannot represent is refused with one line naming the option: a ``--key-dim`` or
 ``--value-dim`` other than ``embed_dim / heads`` (its attention splits the model dimension evenly), an
 activation it lacks, or a model class other than the built-in Transformer (e.g. a plugin's).
@@ -76,7 +81,8 @@ def build_spec(model, src_dict, tgt_dict):
                   "silu": common_spec.Activation.SWISH}[cfg.activation_fn]
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.attention_heads, pre_norm=cfg.normalize_before,
-        activation=activation, layernorm_embedding=cfg.layernorm_embedding)
+        activation=activation, layernorm_embedding=cfg.layernorm_embedding, alignment_layer=-1,
+        alignment_heads=cfg.attention_heads)
 
     def array(tensor):
         return np.ascontiguousarray(tensor.detach().float().cpu().numpy())
@@ -179,6 +185,7 @@ def export(checkpoint, task, output_dir, quantization: str = "none", overwrite: 
               "dictionaries": {}, "subword": None, "bpe_symbol": task.bpe_symbol(),
               "target_lang_tag": task.default_target_lang_tag(),
               "max_positions": int(position_table(model.encoder.embed, model.cfg).shape[0]),
+              "alignment_heads": model.cfg.attention_heads,
               "model": configs[0]["components"].get("arch"), "model_config": configs[0].get("model")}
     if multilingual:
         record.update(source_lang=None, target_lang=None, languages=multilingual["languages"],

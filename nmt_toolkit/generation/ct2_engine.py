@@ -34,8 +34,13 @@ log-probabilities from CTranslate2's ``score_batch``, normalised as the torch en
 nmt-generate's ``--quiet`` (no score printed) that second pass is skipped.
 
 Options CTranslate2 lacks are one error line naming them: ``--unkpen`` (it can only forbid ``<unk>``),
-``--temperature`` without ``--sampling``, ``--print-alignment`` and ``--attention-plot`` (it returns one
-head's attention, not our head average), ensembles, ``--fp16``/``--bf16`` (the exported quantization decides).
+``--temperature`` without ``--sampling``, ensembles, ``--fp16``/``--bf16`` (the exported quantization
+decides); ``--attention-plot`` (nmt-generate refuses it: it plots the torch model's layers).
+
+Alignments (``--print-alignment``, ``--format html``, nmt-serve's HTML): CTranslate2's ``return_attention``,
+which an export made by ``nmt-export`` averages over every head of the last layer, as the torch engine's;
+the argmax per output token is taken over the same positions (``ct2_search.alignment_of``). An export whose
+record names no ``alignment_heads`` returns one head's attention: alignments are refused for it.
 """
 from __future__ import annotations
 
@@ -91,6 +96,10 @@ class CTranslate2Generator:
             record = export(model, task, folder)
         self._check_dictionaries(folder, record)
         self.model = _Positions(int(record["max_positions"]))
+        #: why hypotheses cannot carry alignments (None: they can)
+        self.alignment_refusal = None if record.get("alignment_heads") else (
+            f"--path {folder}: the export records no alignment_heads, so CTranslate2 would return one head's "
+            f"attention, not the mean of the last layer's heads; export it again with nmt-export")
         if seed is not None:
             ct2.set_random_seed(seed)
         try:
@@ -152,23 +161,26 @@ class CTranslate2Generator:
             ids = torch.tensor([self.tgt_dict.index(s) for s in hyp["symbols"]] + [self.eos], dtype=torch.long)
             pos = hyp["positional_scores"]
             pos = torch.full((len(ids),), float("nan")) if pos is None else torch.from_numpy(pos)
+            alignment = hyp.get("alignment")
             out.append({"tokens": ids, "score": hyp["score"], "positional_scores": pos, "attention": None,
-                        "alignment": None})
+                        "alignment": None if alignment is None else torch.tensor(alignment, dtype=torch.long)})
         return out
 
     # ------------------------------------------------------------------ the generator interface
 
     def generate(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor,
                  prefix_tokens: Optional[torch.Tensor] = None, need_attn: bool = False) -> list[list[dict]]:
-        if need_attn:
-            raise UsageError("--engine ctranslate2 has no --print-alignment/--attention-plot")
+        if need_attn and self.alignment_refusal is not None:
+            raise UsageError(self.alignment_refusal)
         prefixes = None if prefix_tokens is None else self._symbols(prefix_tokens)
-        found = self.search.search(self._source(src_tokens, src_lengths), src_lengths.tolist(), prefixes)
+        found = self.search.search(self._source(src_tokens, src_lengths), src_lengths.tolist(), prefixes,
+                                   alignment=need_attn)
         return [self._as_tensors(hyps) for hyps in found]
 
     def score_reference(self, src_tokens: torch.Tensor, src_lengths: torch.Tensor, target: torch.Tensor,
                         need_attn: bool = False, forced: int = 0) -> list[list[dict]]:
         if need_attn:
-            raise UsageError("--engine ctranslate2 has no --print-alignment/--attention-plot")
+            raise UsageError("--engine ctranslate2 scores references without their attention: drop "
+                             "--print-alignment with --score-reference")
         found = self.search.score(self._source(src_tokens, src_lengths), self._symbols(target), forced)
         return [self._as_tensors(hyps) for hyps in found]

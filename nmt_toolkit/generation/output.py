@@ -7,6 +7,9 @@
     P-<id>\\t<per-token scores>            (EOS included)
     A-<id>\\t<src>-<tgt> …                 (--print-alignment: argmax of the encoder–decoder attention)
 
+With ``--format html`` (:func:`html_lines`) H- and D- hold a line's HTML translated, P- its sentences'
+per-token scores one after another and A- word pairs (docs/generation-and-scoring.md).
+
 Scores are base 2 (natural-log scores divided by ln 2), as fairseq prints them; the H-/D- score is the
 length-penalised score used for ranking, P- the per-token log-probabilities.
 
@@ -78,6 +81,21 @@ def hypothesis_lines(sample_id: int, hyps: list[dict], tgt_dict, detok: Detokeni
             align = hyp.get("alignment")
             text = "" if align is None else " ".join(f"{s}-{t}" for t, s in enumerate(align.tolist()))
             lines.append(f"A-{sample_id}\t{text}")
+    return lines
+
+
+def html_lines(sample_id: int, hyps, print_alignment: bool = False) -> list[str]:
+    """The H-/D-/P-(/A-) lines of one ``--format html`` line's hypotheses (``HtmlHypothesis``, best first): H-
+    and D- hold the rendered HTML (there are no subword pieces to show for a whole text), P- the per-token
+    scores of its sentences one after another, A- its word alignment (``<source word>-<target word>``)."""
+    lines = []
+    for hyp in hyps:
+        score = format_score(hyp.score)
+        lines.append(f"H-{sample_id}\t{score}\t{printable(hyp.html)}")
+        lines.append(f"D-{sample_id}\t{score}\t{printable(hyp.html)}")
+        lines.append(f"P-{sample_id}\t" + " ".join(f"{p / LN2:.4f}" for p in hyp.positional_scores))
+        if print_alignment:
+            lines.append(f"A-{sample_id}\t" + " ".join(f"{s}-{t}" for s, t in hyp.pairs))
     return lines
 
 

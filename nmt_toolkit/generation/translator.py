@@ -124,7 +124,7 @@ class Translator:
     def from_task(cls, task, gen: GenerationConfig, engine: Engine, need_attn: bool = False,
                   scores: bool = True, opened=None) -> "Translator":
         """Load ``gen.path`` for a task already set up (what the programs call after parsing options).
-        ``need_attn``: alignments will be asked for (CTranslate2 refuses); ``scores=False``: CTranslate2 skips
+        ``need_attn``: alignments will be asked for (refused now where :meth:`alignment_refusal` says why not); ``scores=False``: CTranslate2 skips
         its per-token scoring pass (nmt-generate --quiet prints no scores); ``opened``: the first model of
         ``gen.path`` as :func:`~nmt_toolkit.loading.open_model` read it already (else it is read here)."""
         from nmt_toolkit.generation.output import Detokenizer
@@ -141,6 +141,14 @@ class Translator:
         return cls(task, _beam_search(models, task, gen, engine), detokenizer, engine, gen, models)
 
     # ------------------------------------------------------------------ translating
+
+    def alignment_refusal(self) -> Optional[str]:
+        """Why this translator's hypotheses cannot carry alignments (None: they can, when asked for)."""
+        if self.models is None:
+            return self.generator.alignment_refusal
+        if self.gen.static_search == "on":
+            return "--static-search on records no attention (use --static-search auto)"
+        return None
 
     def source_limit(self, budget: bool = True) -> tuple[int, str]:
         """The longest source line (tokens, its EOS included) that can be translated, and what sets it: the
@@ -202,6 +210,14 @@ class Translator:
         check_texts(lines, what, first, unit)
         return encode_lines(lines, self.task.src_dict, self.task.subword(), self.source_limit(budget), what, first, unit,
                             self.target_lang_tag(), self.task.tag_source)
+
+    def source_pieces(self, sentences: Sequence[str], ids: Sequence[np.ndarray]) -> list[list[Optional[str]]]:
+        """Each sentence as the model reads it (``ids``: its :meth:`encode` result), one entry per source
+        position: its subword piece, or None for a language tag and the end token. An alignment's source
+        positions index this list."""
+        codec = self.task.subword()
+        pieces = codec.encode_pieces_batch(list(sentences)) if codec is not None else [s.split() for s in sentences]
+        return [[None] * (len(x) - 1 - len(p)) + list(p) + [None] for p, x in zip(pieces, ids)]  # tags, pieces, EOS
 
     def target_lang_tag(self) -> Optional[str]:
         """The language token put before every source: ``--target-lang-tag``, else the model folder's or the
@@ -520,12 +536,12 @@ def _beam_search(models: list, task, gen: GenerationConfig, engine: Engine):
     return generator
 
 
-def _refuse_what_ctranslate2_lacks(gen: GenerationConfig, engine: Engine, need_attn: bool = False) -> None:
+def _refuse_what_ctranslate2_lacks(gen: GenerationConfig, engine: Engine) -> None:
     """One line naming every option of ``gen`` the CTranslate2 engine cannot honour, at load and for the
     options a request or ``with_options`` asks for alike."""
     from nmt_toolkit.generation.ct2_search import refuse_unsupported
 
-    refuse_unsupported(gen, need_attn, (f"--{engine.precision}",) if engine.precision else ())
+    refuse_unsupported(gen, (f"--{engine.precision}",) if engine.precision else ())
 
 
 def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_attn: bool = False, scores: bool = True,
@@ -534,9 +550,11 @@ def _ctranslate2_generator(task, gen: GenerationConfig, engine: Engine, need_att
     from nmt_toolkit.generation.ct2_engine import CTranslate2Generator
     from nmt_toolkit.loading import open_model
 
-    _refuse_what_ctranslate2_lacks(gen, engine, need_attn)
+    _refuse_what_ctranslate2_lacks(gen, engine)
     model = opened if opened is not None else open_model(gen.path)
     generator = CTranslate2Generator(model, task, gen, engine.device.type, engine.ct2_threads, seed=engine.seed,
                                      scores=scores, replicas=engine.ct2_replicas)
+    if need_attn and generator.alignment_refusal is not None:
+        raise UsageError(f"--print-alignment and --format html need alignments: {generator.alignment_refusal}")
     gen.check_model_limit(generator.model.max_positions()[1])
     return generator

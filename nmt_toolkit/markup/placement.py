@@ -155,6 +155,20 @@ def word_alignment(source: str, target: Aligned) -> list[Optional[int]]:
     return found
 
 
+def word_pairs(sources: Sequence[str], targets: Sequence[Aligned]) -> list[tuple[int, int]]:
+    """The word alignment placement uses for sentences read one after another (``sources``, each as the model
+    read it, and their translations): ``(source word, target word)`` pairs in target order, each side's
+    words (:func:`words_of`) counted from 0 across all the sentences in order, one pair per target word that
+    :func:`word_alignment` aligns (an unaligned word has none)."""
+    pairs: list[tuple[int, int]] = []
+    src_base = tgt_base = 0
+    for source, target in zip(sources, targets):
+        pairs += [(src_base + s, tgt_base + t) for t, s in enumerate(word_alignment(source, target)) if s is not None]
+        src_base += len(words_of(source))
+        tgt_base += len(words_of(target.text))
+    return pairs
+
+
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> int:
     return min(a[1], b[1]) - max(a[0], b[0])
 

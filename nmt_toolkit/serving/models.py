@@ -112,20 +112,11 @@ class ServedModel(_OnOneTranslator):
     def source_tokens(self, sentences: Sequence[str]) -> list[list[Optional[str]]]:
         """Each sentence as the model reads it, one entry per source position: its subword piece, or None for
         a language tag and the end token (what an alignment's source positions index)."""
-        codec = self.translator.task.subword()
-        pieces = codec.encode_pieces_batch(list(sentences)) if codec is not None else [s.split() for s in sentences]
-        found = []
-        for p, ids in zip(pieces, self.encode(sentences)):
-            found.append([None] * (len(ids) - 1 - len(p)) + list(p) + [None])  # tags before, the end token after
-        return found
+        return self.translator.source_pieces(sentences, self.encode(sentences))
 
     def alignment_refusal(self) -> Optional[str]:
         """Why this model's hypotheses come without word alignments (None: they can have them)."""
-        if self.translator.models is None:
-            return "the CTranslate2 engine gives none (run nmt-serve with --engine torch)"
-        if self.translator.gen.static_search == "on":
-            return "--static-search on records no attention (use --static-search auto)"
-        return None
+        return self.translator.alignment_refusal()
 
     def options_key(self, options: dict[str, Any], scores: bool = True, alignment: bool = False) -> tuple:
         """The request's search options as a hashable key, after checking them as nmt-generate checks its
