@@ -15,7 +15,7 @@ from nmt_toolkit.serving.config import ServeConfig
 from nmt_toolkit.serving.detect import LIBRARY, Detector
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import ModelPool, MultilingualModel, ServedModel
-from nmt_toolkit.serving.translate import Service
+from nmt_toolkit.serving.translate import Service, alignment_shared
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
@@ -53,7 +53,7 @@ def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: 
     pool = ModelPool(models)
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
                              max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers or 1,
-                             thread_setup=thread_setup, observer=metrics)
+                             thread_setup=thread_setup, observer=metrics, share=alignment_shared)
     service = Service(pool, batcher, cfg, keys, glossary, keep, open_detector(list(pool.languages())),
                       suggestions)
     metrics.watch_cache(service.cache)

@@ -207,6 +207,15 @@ class Service:
                                 f"--request-timeout); the server is busy, try again later")
 
 
+def alignment_shared(key: tuple) -> tuple[tuple, bool]:
+    """The batcher's ``share`` for the keys :meth:`Service.translate_jobs` submits: requests that differ only
+    in wanting word alignments (HTML) decode in one batch, which records them for all. Recording the attention
+    costs the search little; a batch of their own for the few HTML sentences among many plain ones costs a
+    whole decode (docs/benchmarks.md)."""
+    source, target, (options, scores, alignment) = key
+    return (source, target, options, scores), alignment
+
+
 @dataclass
 class DirectionJob:
     """One direction's share of a request: its sentences, search options and target phrases (or None);
