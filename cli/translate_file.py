@@ -4,8 +4,9 @@
     nmt-translate-file --path model-folder/ report.docx -o report.de.docx
     nmt-translate-file data-bin/m30k --path ck/averaged.pt slides.pptx -o slides.de.pptx
 
-The format comes from INPUT's extension: .txt, .html/.htm, .docx, .odt, .odp, .pptx, .srt (the
-[documents] extra installs their libraries); OUTPUT has the same one. Each paragraph is translated whole,
+DATA, the data-bin, is needed only for a checkpoint: a single positional argument is INPUT. The format
+comes from INPUT's extension: .txt, .html/.htm, .docx, .odt, .odp, .pptx, .srt (the [documents] extra
+installs their libraries); OUTPUT has the same one. Each paragraph is translated whole,
 and its formatted runs (bold, italic, links, fonts) get the words their words were translated into, by the
 model's word alignment; tables, headers and footers, notes, styles, images and subtitle timings are kept
 (docs/generation-and-scoring.md, "Documents"). The output is written only when the whole document is

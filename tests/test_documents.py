@@ -110,12 +110,14 @@ def test_runs_placed_by_the_alignment_worked_by_hand():
 def test_one_positional_argument_is_the_input_and_nmt_forwards(model, tmp_path):
     from nmt_toolkit.cli.main import run as nmt
 
+    from nmt_toolkit.cli.export import run as export
+
     t, translator = model
-    source, target = tmp_path / "a.txt", tmp_path / "b.txt"
+    folder, source, target = tmp_path / "model", tmp_path / "a.txt", tmp_path / "b.txt"
+    assert export([str(t.data), "--path", str(t.first), "--format", "folder", "--output-dir", str(folder)]) == 0
     source.write_text("A dog runs.\n")
-    # a checkpoint's data-bin is found beside it only for a model folder: here DATA is given, then INPUT
-    assert nmt(["translate-file", str(t.data), "--path", str(t.first), "--cpu", str(source), "--output",
-                str(target)]) == 0
+    # a model folder needs no DATA: the one positional argument is INPUT
+    assert nmt(["translate-file", "--path", str(folder), "--cpu", str(source), "--output", str(target)]) == 0
     assert target.read_text() == translator.translate(["A dog runs."])[0].text + "\n"
 
 
