@@ -177,7 +177,8 @@ def test_frontend_settings_have_the_servers_values(server):
     answer = httpx.get(server.url + "/frontend/settings", timeout=30)
     assert answer.status_code == 200
     assert answer.json() == {"charLimit": 4000, "frontendTimeout": 500, "apiKeys": True, "keyRequired": True,
-                             "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                             "suggestions": False, "filesTranslation": True,
+                             "supportedFilesFormat": [".txt", ".html", ".htm", ".docx", ".odt", ".odp", ".pptx", ".srt"],
                              "language": {"source": {"code": "en", "name": "English"},
                                           "target": {"code": "de", "name": "German"}}}
 

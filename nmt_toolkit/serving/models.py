@@ -110,14 +110,12 @@ class ServedModel(_OnOneTranslator):
             raise RequestError(400, str(exc)) from None
 
     def source_tokens(self, sentences: Sequence[str]) -> list[list[Optional[str]]]:
-        """Each sentence as the model reads it, one entry per source position: its subword piece, or None for
-        a language tag and the end token (what an alignment's source positions index)."""
-        codec = self.translator.task.subword()
-        pieces = codec.encode_pieces_batch(list(sentences)) if codec is not None else [s.split() for s in sentences]
-        found = []
-        for p, ids in zip(pieces, self.encode(sentences)):
-            found.append([None] * (len(ids) - 1 - len(p)) + list(p) + [None])  # tags before, the end token after
-        return found
+        """Each sentence as the model reads it (:meth:`Translator.source_tokens`); a sentence the model cannot
+        take is a 400."""
+        try:
+            return self.translator.source_tokens(sentences, "request")
+        except NmtError as exc:
+            raise RequestError(400, str(exc)) from None
 
     def alignment_refusal(self) -> Optional[str]:
         """Why this model's hypotheses come without word alignments (None: they can have them)."""

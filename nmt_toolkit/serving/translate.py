@@ -34,6 +34,7 @@ class Service:
     keep: Any = None      # terms unless a /v1/translate request brings its own glossary
     detector: Optional[Detector] = None  # the served languages' identifier; None without its library
     suggestions: Any = None  # where /suggest stores (a SuggestionStore, --suggestions); None: refused
+    documents: Any = None  # the limits of /translate_file's documents (a DocumentConfig); None: the defaults
     limiter: RateLimiter = field(init=False)
     cache: TranslationCache = field(init=False)
 
