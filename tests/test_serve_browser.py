@@ -48,10 +48,18 @@ def browser(tmp_path_factory):
     opened.close()
 
 
-def translation_of(tiny, source: str, target: str, text: str) -> str:
-    translator = Translator.load(str(tiny.checkpoint), str(tiny.data), source_lang=source, target_lang=target,
-                                 device="cpu")
-    return translator.translate([text])[0].text
+@pytest.fixture(scope="module")
+def translate(tiny):
+    """``translate("en", "de", texts)``: the Translator's own translations, one loaded model per direction."""
+    loaded = {}
+
+    def run(source: str, target: str, texts: list[str]) -> list[str]:
+        if (source, target) not in loaded:
+            loaded[source, target] = Translator.load(str(tiny.checkpoint), str(tiny.data), source_lang=source,
+                                                     target_lang=target, device="cpu")
+        return [r.text for r in loaded[source, target].translate(texts)]
+
+    return run
 
 
 def open_page(browser: Browser, server: ServerProcess) -> None:
@@ -71,9 +79,9 @@ def shown(browser: Browser, element_id: str) -> str:
     return browser.evaluate(f"document.getElementById({element_id!r}).textContent")
 
 
-def test_the_web_page_translates_what_is_typed(server, browser, tiny, tmp_path):
+def test_the_web_page_translates_what_is_typed(server, browser, tiny, translate, tmp_path):
     sentence = tiny.lines("en", 1)[0]
-    expected = translation_of(tiny, "en", "de", sentence)
+    [expected] = translate("en", "de", [sentence])
     first = httpx.get(server.url + "/frontend/settings").json()["language"]
     served = {entry["code"]: entry["targets"] for entry in httpx.get(server.url + "/languages").json()}
     open_page(browser, server)
@@ -94,8 +102,8 @@ def test_the_web_page_translates_what_is_typed(server, browser, tiny, tmp_path):
     keep_screenshot(browser, tmp_path, "nmt-serve-page.png")
 
 
-def test_the_page_detects_the_source_language(server, browser, tiny, tmp_path):
-    expected = translation_of(tiny, "de", "en", GERMAN)
+def test_the_page_detects_the_source_language(server, browser, translate, tmp_path):
+    [expected] = translate("de", "en", [GERMAN])
     open_page(browser, server)
     browser.choose("source", "auto")
     # a detected language may be any served source: every served target is offered
@@ -111,9 +119,8 @@ def test_the_page_detects_the_source_language(server, browser, tiny, tmp_path):
     keep_screenshot(browser, tmp_path, "nmt-serve-page-detected.png")
 
 
-def test_the_page_shows_an_html_translation_as_its_source(server, browser, tiny, tmp_path):
-    plain = parse_strict(FRAGMENT).text
-    expected = translation_of(tiny, "en", "de", plain)
+def test_the_page_shows_an_html_translation_as_its_source(server, browser, translate, tmp_path):
+    [expected] = translate("en", "de", [parse_strict(FRAGMENT).text])
     open_page(browser, server)
     browser.choose("source", "en")
     browser.choose("target", "de")
@@ -142,3 +149,28 @@ def test_the_page_shows_an_error_in_one_line(server, browser):
     assert "detected as de" in error and "\n" not in error
     assert browser.evaluate("document.getElementById('translate').disabled") is False
 
+
+
+def test_the_page_translates_a_file(server, browser, tiny, translate, tmp_path):
+    """A .txt file put on the file input as a person's file chooser does, translated, and the page's link
+    followed: the file's lines are the Translator's translations of the uploaded lines."""
+    settings = httpx.get(server.url + "/frontend/settings").json()
+    assert settings["filesTranslation"] is True and ".txt" in settings["supportedFilesFormat"]
+    lines = tiny.lines("en", 5)
+    expected = translate("en", "de", lines)
+    upload = tmp_path / "captions.txt"
+    upload.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    open_page(browser, server)
+    assert browser.evaluate("document.getElementById('files').hidden") is False
+    assert set(browser.evaluate("document.getElementById('file').accept").split(",")) == \
+        set(settings["supportedFilesFormat"])
+    browser.choose("source", "en")
+    browser.choose("target", "de")
+    browser.set_files("file", [str(upload)])
+    browser.click("translate-file")
+    link = browser.wait_for("!document.getElementById('download').hidden && document.getElementById('download').href")
+    assert shown(browser, "error") == ""
+    keep_screenshot(browser, tmp_path, "nmt-serve-page-file.png")
+    answer = httpx.get(link, timeout=60)
+    assert answer.status_code == 200
+    assert answer.content.decode("utf-8").splitlines() == expected
