@@ -6,11 +6,12 @@ arrived or after the last batch finished, whichever is later (the clients just a
 next request within that moment). The sentences taken are
 grouped by what decodes them (language pair and search options), sorted by length and cut into batches whose
 padded size fits the budget; keys that differ only in what a decode adds to its hypotheses (``share``: word
-alignments) share batches, decoded under the key of the member that asks the most; each batch decodes on the worker's own thread, off the event loop, so the
-server keeps answering (``/health``) while it works. A request whose caller went away (disconnected, timed
-out) is dropped before its sentences decode: it costs nothing but its place in the queue. A batch already
-decoding is asked between search steps whether anyone still wants it (``stop``): once every request of the
-batch is gone, or the batcher stops, the search ends at its next step and frees the worker.
+alignments) share batches, decoded under the key of the member that asks the most. Each batch decodes on the
+worker's own thread, off the event loop, so the server keeps answering (``/health``) while it works. A
+request whose caller went away (disconnected, timed out) is dropped before its sentences decode: it costs
+nothing but its place in the queue. A batch already decoding is asked between search steps whether anyone
+still wants it (``stop``): once every request of the batch is gone, or the batcher stops, the search ends at
+its next step and frees the worker.
 """
 from __future__ import annotations
 
