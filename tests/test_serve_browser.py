@@ -103,6 +103,7 @@ def test_the_web_page_translates_what_is_typed(server, browser, tiny, translate,
 
 
 def test_the_page_detects_the_source_language(server, browser, translate, tmp_path):
+    pytest.importorskip("py3langid", reason="language identification needs the [serve] extra")
     [expected] = translate("de", "en", [GERMAN])
     open_page(browser, server)
     browser.choose("source", "auto")
@@ -140,6 +141,7 @@ def test_the_page_shows_an_html_translation_as_its_source(server, browser, trans
 
 def test_the_page_shows_an_error_in_one_line(server, browser):
     """A detected language the server cannot translate into the chosen target is the server's 400, shown."""
+    pytest.importorskip("py3langid", reason="language identification needs the [serve] extra")
     open_page(browser, server)
     browser.choose("source", "auto")
     browser.choose("target", "de")
