@@ -17,6 +17,7 @@ PROGRAMS = {
     "nmt-export": "export",
     "nmt-convert": "convert",
     "nmt-serve": "serve",
+    "nmt-translate-file": "translate_file",
 }
 
 setup(
@@ -36,6 +37,9 @@ setup(
         "nmt_toolkit.scoring",
         "nmt_toolkit.tasks",
         "nmt_toolkit.export",
+        "nmt_toolkit.importers",
+        "nmt_toolkit.markup",
+        "nmt_toolkit.documents",
         "nmt_toolkit.serving",
         "nmt_toolkit.cli",
     ],
@@ -65,8 +69,14 @@ setup(
         # nmt-serve: FastAPI on uvicorn (the ASGI stack), sentencex (sentence splitting), prometheus-client (/metrics)
         # and py3langid (/detect, source auto: its model ships in the package; benchmarks/detect_accuracy.py chose it),
         # lxml (format html: libxml2's HTML parser, a tree to translate in place and a serializer that writes it whole)
+        # python-multipart: FastAPI's forms, the multipart upload of /translate_file
         "serve": ["fastapi>=0.110", "uvicorn>=0.29", "sentencex>=1.0", "prometheus-client>=0.20", "py3langid>=0.4",
-                  "lxml>=5.0"],
+                  "lxml>=5.0", "python-multipart>=0.0.9"],
+        # nmt-translate-file and /translate_file, each format through its own maintained library (read and
+        # written whole, never by hand): python-docx (.docx), odfpy (.odt, .odp), python-pptx (.pptx), srt
+        # (.srt, timings kept); plain text and HTML need only the [serve] extra's sentencex and lxml
+        "documents": ["python-docx>=1.1", "odfpy>=1.4", "python-pptx>=1.0", "srt>=3.5", "sentencex>=1.0",
+                      "lxml>=5.0"],
     },
     entry_points={
         "console_scripts": [f"{prog} = nmt_toolkit.cli.{mod}:main" for prog, mod in PROGRAMS.items()],

@@ -2,15 +2,21 @@
 
     python benchmarks/serve_load.py --data BIN --path CK [--engines torch,ctranslate2] [--clients 32]
                                     [--requests 1000] [--threads 2] [--rounds 1] [--offline] [--search FLAGS]
+                                    [--html-shares 0,0.1]
 
 For each engine, servers with dynamic batching on and off (``--no-batching``: one request at a time, each
 its own batch) are started in turn (on, off, on, off … for ``--rounds``, so a change in the machine's load
 hits both), warmed up with 64 requests, then sent ``--requests`` requests by ``--clients`` clients, each
 sending its next request when the previous one is answered (a closed loop: the server is never idle).
 Prints one JSON line per run: requests/s (= sentences/s), latency p50/p99/mean in ms, the mean decoded batch
-size (from /metrics), and the latency of one request alone (1 client, 50 requests). ``--offline`` also runs
+size (from /metrics), the server's CPU time per request (its own work, which the machine's other load moves
+less than it moves requests/s), and the latency of one request alone (1 client, 50 requests). ``--offline`` also runs
 nmt-generate on the same sentences (``--input``, the same threads) and prints its sentences/s, the figure
-the server's throughput is compared with. CTranslate2 runs with ``--lenpen-style fairseq --early-stop beam``
+the server's throughput is compared with. ``--html-shares 0,0.1`` runs each server setting once per share in
+each round (alternating): that share of the requests, drawn at random (seeded) but always the same ones, is
+sent as ``format: "html"``, its sentence with one to three inline elements (``b``, ``i``, ``a href`` …)
+around source words as ``benchmarks/html_agreement.py`` tags them; the others stay plain text (the torch
+engine only: HTML needs word alignments). CTranslate2 runs with ``--lenpen-style fairseq --early-stop beam``
 (the search it has), server and nmt-generate alike. Everything stays on 127.0.0.1; every run stops by itself.
 
 The clients are plain asyncio HTTP/1.1 over keep-alive connections (a few lines, no client library) so
@@ -23,6 +29,7 @@ import asyncio
 import json
 import os
 import pathlib
+import random
 import re
 import signal
 import statistics
@@ -35,6 +42,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent
 #: the search CTranslate2 can run: it divides by |Y|^alpha and stops when --beam hypotheses have finished
 ENGINE_FLAGS = {"torch": [], "ctranslate2": ["--lenpen-style", "fairseq", "--early-stop", "beam"]}
+#: seed of which requests are HTML and of their tags
+HTML_SEED = 1
 
 
 def load_sentences(n: int) -> list[str]:
@@ -44,6 +53,22 @@ def load_sentences(n: int) -> list[str]:
         sys.exit(f"serve_load: no Multi30k test set at {path} (set NMT_TOOLKIT_TEST_DATA)")
     lines = path.read_text(encoding="utf-8").splitlines()
     return [lines[i % len(lines)] for i in range(n)]
+
+
+def request_bodies(sentences: list[str], html_share: float) -> list[bytes]:
+    """One /translate body per sentence: ``html_share`` of them (the same ones for the same share) as HTML with
+    inline elements around some words, the rest plain."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from html_check import tagged
+
+    rng, counter = random.Random(HTML_SEED), [0]
+    html = set(rng.sample(range(len(sentences)), round(html_share * len(sentences))))
+    bodies = []
+    for i, sentence in enumerate(sentences):
+        fields = ({"q": tagged(sentence, rng, counter), "format": "html"} if i in html else
+                  {"q": sentence, "format": "text"})
+        bodies.append(json.dumps({**fields, "source": "en", "target": "de"}).encode())
+    return bodies
 
 
 def data_argument(args) -> list[str]:
@@ -80,21 +105,21 @@ async def request(reader, writer, host: str, body: bytes, path: str = "/translat
     return answer
 
 
-async def load(host: str, port: int, sentences: list[str], clients: int) -> list[float]:
-    """Send every sentence once, ``clients`` at a time (closed loop); the latency of each request, in s."""
-    queue = list(reversed(sentences))
+async def load(host: str, port: int, bodies: list[bytes], clients: int) -> list[float]:
+    """Send every request body once, ``clients`` at a time (closed loop); the latency of each request, in s."""
+    queue = list(reversed(bodies))
     latencies: list[float] = []
 
     async def client():
         reader, writer = await asyncio.open_connection(host, port)
         while queue:
-            body = json.dumps({"q": queue.pop(), "source": "en", "target": "de"}).encode()
+            body = queue.pop()
             started = time.perf_counter()
             await request(reader, writer, host, body)
             latencies.append(time.perf_counter() - started)
         writer.close()
 
-    await asyncio.gather(*(client() for _ in range(min(clients, len(sentences)))))
+    await asyncio.gather(*(client() for _ in range(min(clients, len(bodies)))))
     return latencies
 
 
@@ -107,24 +132,33 @@ def batch_size(host: str, port: int) -> tuple[float, float]:
     return values.get("nmt_serve_batch_sentences_sum", 0.0), values.get("nmt_serve_batch_sentences_count", 0.0)
 
 
-def measure(args, engine: str, batching: bool, sentences: list[str]) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """The user + system CPU time process ``pid`` has used (Linux /proc): a server's work apart from the
+    machine's other load, which moves its requests/s."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(args, engine: str, batching: bool, bodies: list[bytes], html_share: float) -> dict:
     proc, host, port = start_server(args, engine, batching)
     try:
-        asyncio.run(load(host, port, sentences[:64], args.clients))  # warm-up: kernels, allocator, caches
-        alone = asyncio.run(load(host, port, sentences[:50], 1))
-        before = batch_size(host, port)
+        asyncio.run(load(host, port, bodies[:64], args.clients))  # warm-up: kernels, allocator, caches
+        alone = asyncio.run(load(host, port, bodies[:50], 1))
+        before, cpu = batch_size(host, port), cpu_seconds(proc.pid)
         started = time.perf_counter()
-        latencies = sorted(asyncio.run(load(host, port, sentences, args.clients)))
+        latencies = sorted(asyncio.run(load(host, port, bodies, args.clients)))
         wall = time.perf_counter() - started
-        after = batch_size(host, port)
+        after, cpu = batch_size(host, port), cpu_seconds(proc.pid) - cpu
     finally:
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(120)
     q = statistics.quantiles(latencies, n=100, method="inclusive")
-    return {"engine": engine, "batching": batching, "clients": args.clients, "requests": len(latencies),
+    return {"engine": engine, "batching": batching, "html_share": html_share, "clients": args.clients,
+            "requests": len(latencies),
             "requests_per_s": round(len(latencies) / wall, 2), "p50_ms": round(q[49] * 1000, 1),
             "p99_ms": round(q[98] * 1000, 1), "mean_ms": round(statistics.fmean(latencies) * 1000, 1),
             "mean_batch_sentences": round((after[0] - before[0]) / max(1.0, after[1] - before[1]), 2),
+            "server_cpu_ms_per_request": round(cpu * 1000 / len(latencies), 2),
             "alone_p50_ms": round(statistics.median(alone) * 1000, 1), "exit_status": status,
             "load_average": os.getloadavg()[0]}
 
@@ -166,15 +200,24 @@ def main() -> None:
                                                              "printed, no per-token scores: what the server computes)")
     parser.add_argument("--search", default="", help="generation flags for the servers and nmt-generate alike, "
                                                      "e.g. '--max-len-a 0 --max-len-b 200'")
+    parser.add_argument("--html-shares", default="0", help="shares of the requests sent as format html, each "
+                                                           "run in turn every round, e.g. 0,0.1")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more nmt-serve flags (last)")
     args = parser.parse_args()
     sentences = load_sentences(args.requests)
+    shares = [float(share) for share in args.html_shares.split(",")]
+    if any(not 0 <= share <= 1 for share in shares):
+        sys.exit("serve_load: --html-shares are fractions from 0 to 1")
+    if any(shares) and "ctranslate2" in args.engines.split(","):
+        sys.exit("serve_load: HTML requests need word alignments, which the CTranslate2 engine gives none of")
+    bodies = {share: request_bodies(sentences, share) for share in shares}
     for engine in args.engines.split(","):
         for _ in range(args.rounds):
             if args.offline:
                 print(json.dumps(offline(args, engine, sentences)), flush=True)
             for mode in args.modes.split(","):
-                print(json.dumps(measure(args, engine, mode == "on", sentences)), flush=True)
+                for share in shares:
+                    print(json.dumps(measure(args, engine, mode == "on", bodies[share], share)), flush=True)
 
 
 if __name__ == "__main__":

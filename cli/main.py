@@ -17,6 +17,8 @@ PROGRAMS = {
     "export": ("export", "Write a checkpoint as a CTranslate2 model, a fairseq checkpoint, a model folder or a Hugging Face Marian model."),
     "convert": ("convert", "Convert a fairseq checkpoint or a Hugging Face Marian model into one of ours."),
     "serve": ("serve", "Serve translations over HTTP (LibreTranslate-compatible API, web page, metrics)."),
+    "translate-file": ("translate_file", "Translate a document (.txt, .html, .docx, .odt, .odp, .pptx, .srt), "
+                                         "its formatting kept."),
 }
 
 

@@ -24,6 +24,7 @@ import sys
 
 from nmt_toolkit.cli.decoding import DecodeDeviceConfig, load_translator
 from nmt_toolkit.config import CommonConfig, Group, build_command
+from nmt_toolkit.documents import DocumentConfig
 from nmt_toolkit.generation.config import GenerationConfig
 from nmt_toolkit.generation.terminology import TerminologyConfig
 from nmt_toolkit.serving.config import ServeConfig
@@ -61,7 +62,7 @@ def serve_command(configs: dict) -> int:
             model.translator.check_glossary(glossary)
         translator = models[0].translator
         service, metrics = build_service(models, cfg, keys, _thread_setup(cfg, translator), glossary, keep,
-                                         suggestions)
+                                         suggestions, configs["documents"])
         serve(service, metrics, sock)
     finally:
         sock.close()
@@ -150,7 +151,8 @@ def groups():
     return [Group("common", CommonConfig), Group("task", TASKS.get("translation").config, "data options"),
             Group("generation", GenerationConfig, "generation options (the server's defaults)"),
             Group("terminology", TerminologyConfig, "terminology options (the served glossary and keep patterns)"),
-            Group("device", DecodeDeviceConfig, "device options"), Group("serve", ServeConfig, "server options")]
+            Group("device", DecodeDeviceConfig, "device options"), Group("serve", ServeConfig, "server options"),
+            Group("documents", DocumentConfig, "document limits (/translate_file)")]
 
 
 def run(argv=None, prog: str = "nmt-serve") -> int:

@@ -21,6 +21,7 @@ PROGRAMS = [  # (program, module, extra argv shown)
     ("nmt-export", "export", []),
     ("nmt-convert", "convert", []),
     ("nmt-serve", "serve", []),
+    ("nmt-translate-file", "translate_file", []),
 ]
 
 HEADER = """# Command-line reference

@@ -34,6 +34,7 @@ def option(
     choices: Optional[Sequence[str]] = None,
     metavar: Optional[str] = None,
     flag: Optional[str] = None,
+    short: Optional[str] = None,
     positional: bool = False,
     multiple: bool = False,
     default_factory: Any = MISSING,
@@ -50,7 +51,8 @@ def option(
 
     ``help`` is required in spirit: ``--help`` must explain every option. ``positional`` makes the field a
     positional argument (the data folder, as in fairseq); ``multiple`` a repeatable flag (``--ref a --ref b``);
-    ``cli=False`` keeps a field out of the command line (YAML only), for values derived by the program.
+    ``cli=False`` keeps a field out of the command line (YAML only), for values derived by the program;
+    ``short`` adds a one-letter spelling of the flag (``-o``) for an option typed on every run.
 
     A number's valid range is declared here too, so the command line, YAML files and ``--help`` agree on
     it: ``low``/``high`` bound it (inclusive unless ``low_open``/``high_open``), ``also`` lists sentinel
@@ -62,7 +64,7 @@ def option(
     and the reliability tests find every one of them by this mark.
     """
     bounds = Range(low, high, low_open, high_open, tuple(also), allow_inf)
-    meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag,
+    meta = {"help": help, "choices": choices, "metavar": metavar, "flag": flag, "short": short,
             "positional": positional, "multiple": multiple, "cli": cli, "range": bounds, "output": output}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -373,7 +375,7 @@ def click_params(cls: type) -> list[click.Parameter]:
         show = f" [{'; '.join(notes)}]" if notes else ""
         params.append(
             click.Option(
-                [flag_name(f), f.name],
+                [flag_name(f), *([meta["short"]] if meta.get("short") else []), f.name],
                 type=choice or click.STRING,
                 default=None,
                 multiple=bool(meta.get("multiple")),

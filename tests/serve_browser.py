@@ -88,6 +88,19 @@ class Browser:
         self.evaluate(f"document.getElementById({element_id!r}).focus()")
         self.send("Input.insertText", text=text)
 
+    def choose(self, element_id: str, value: str) -> None:
+        """Pick ``value`` in a select element, with the change event a person's choice fires."""
+        self.evaluate(f"(() => {{ const e = document.getElementById({element_id!r}); e.value = {value!r};"
+                      " e.dispatchEvent(new Event('change')); })()")
+        if self.evaluate(f"document.getElementById({element_id!r}).value") != value:
+            raise AssertionError(f"#{element_id} offers no {value!r}")
+
+    def set_files(self, element_id: str, paths: list[str]) -> None:
+        """Put files on a file input as a person's file chooser does (DevTools' DOM.setFileInputFiles)."""
+        root = self.send("DOM.getDocument")["root"]["nodeId"]
+        node = self.send("DOM.querySelector", nodeId=root, selector=f"#{element_id}")["nodeId"]
+        self.send("DOM.setFileInputFiles", files=paths, nodeId=node)
+
     def screenshot(self) -> bytes:
         return base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
 

@@ -81,6 +81,26 @@ def test_different_keys_never_share_a_batch():
     assert sorted((key[2], len(lengths)) for key, lengths in decode.batches) == [((), 2), ((("beam", 2),), 1)]
 
 
+def test_requests_wanting_alignments_share_a_batch_with_those_that_do_not():
+    """The server's share rule: keys differing only in the alignment flag decode as one batch, under the key
+    that asks for alignments; other search options still decode apart."""
+    from nmt_toolkit.serving.translate import alignment_shared
+
+    decode = Recorder()
+    batcher = DynamicBatcher(decode, max_batch_tokens=1000, max_wait=0.05, share=alignment_shared)
+    plain, html, beam2 = ((), False, False), ((), False, True), ((("beam", 2),), False, False)
+
+    async def body():
+        return await asyncio.gather(batcher.submit(("en", "de", plain), [_sentence(0, 0, 4), _sentence(0, 1, 6)]),
+                                    batcher.submit(("en", "de", html), [_sentence(1, 0, 5)]),
+                                    batcher.submit(("en", "de", beam2), [_sentence(2, 0, 4)]),
+                                    batcher.submit(("en", "fr", html), [_sentence(3, 0, 4)]))
+
+    assert _run(batcher, body) == [[0, 1], [1000], [2000], [3000]]
+    assert sorted(decode.batches) == [(("en", "de", plain[:2] + (True,)), [6, 5, 4]), (("en", "de", beam2), [4]),
+                                      (("en", "fr", html), [4])]
+
+
 def test_without_batching_each_request_is_its_own_batch():
     decode = Recorder()
     batcher = DynamicBatcher(decode, batching=False, max_batch_tokens=1000, max_wait=0.05)

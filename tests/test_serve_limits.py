@@ -1,10 +1,12 @@
 """nmt-serve's limits, translation cache and LibreTranslate's /frontend/settings, against real server processes
-and real clients (libretranslatepy, httpx): a client over its requests per minute gets 429 while another is
-served, a longer list than --batch-limit is a 400, a repeated request is answered from the cache with the same
-hypotheses and scores, and the settings carry the server's values."""
+and real clients (libretranslatepy, httpx): a client over its requests per minute gets 429 while others, some
+sending at the same moment, are served, a longer list than --batch-limit is a 400, a repeated request is
+answered from the cache with the same hypotheses and scores, and the settings carry the server's values."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 
 import pytest
@@ -12,10 +14,11 @@ import pytest
 pytest.importorskip("fastapi", reason="nmt-serve needs the [serve] extra (pip install -e '.[serve]')")
 httpx = pytest.importorskip("httpx", reason="the server tests need httpx (the [test] extra)")
 
-from serve_process import ServerProcess, post_json  # noqa: E402
+from serve_process import ServerProcess, post_json, words  # noqa: E402
 
-#: alpha has its own 2 requests a minute, beta the server's --req-limit, gamma none (the other tests' key)
-KEYS = "# key, then its requests per minute\nalpha 2\nbeta\ngamma 0\n"
+#: alpha has its own 2 requests a minute, beta the server's --req-limit, gamma none (the other tests' key), delta
+#: its own 3 (the concurrent clients' test)
+KEYS = "# key, then its requests per minute\nalpha 2\nbeta\ngamma 0\ndelta 3\n"
 GAMMA = {"Authorization": "Bearer gamma"}
 
 
@@ -50,6 +53,45 @@ def test_a_key_over_its_limit_gets_429_while_other_keys_are_served(server):
     over = post_json(server.url + "/detect", {"q": "A dog runs.", "api_key": "beta"})
     assert over.status_code == 429 and "--req-limit" in over.json()["error"] and "Retry-After" in over.headers
     assert post_json(server.url + "/v1/translate", {"sentences": ["A dog."]}, headers=GAMMA).status_code == 200
+
+
+def _send_together(server, jobs: dict[str, list[str]]) -> dict[str, list[tuple]]:
+    """Each key's texts sent by threads of its own, all released at once: per key, (status, Retry-After,
+    sent, answered) of every request, times from time.monotonic()."""
+    released = threading.Barrier(sum(len(texts) for texts in jobs.values()))
+    found: dict[str, list[tuple]] = {key: [] for key in jobs}
+
+    def send(key: str, text: str) -> None:
+        with httpx.Client(timeout=60) as client:
+            released.wait(30)
+            sent = time.monotonic()
+            answer = client.post(server.url + "/translate", json={"q": text, "source": "en", "target": "de",
+                                                                   "api_key": key})
+            found[key].append((answer.status_code, answer.headers.get("Retry-After"), sent, time.monotonic()))
+
+    threads = [threading.Thread(target=send, args=(key, text)) for key, texts in jobs.items() for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return found
+
+
+def test_concurrent_clients_are_served_while_one_over_its_limit_gets_429(server):
+    """delta (3 requests a minute) sends 8 requests at once while gamma's clients (no limit) send 6: delta
+    gets its 3 (and one more per 20 s the run takes) and 429 for the rest, each with a Retry-After, while
+    every one of the others is answered, some of them while delta is being refused."""
+    started = time.monotonic()
+    found = _send_together(server, {"delta": ["A dog runs."] * 8, "gamma": list(words(6, seed=3))})
+    took = time.monotonic() - started
+    delta = [status for status, *_ in found["delta"]]
+    assert len(delta) == 8 and set(delta) <= {200, 429}
+    assert 3 <= delta.count(200) <= 3 + int(took / 20)
+    refused = [row for row in found["delta"] if row[0] == 429]
+    assert refused and all(retry and 1 <= int(retry) <= 20 for _, retry, _, _ in refused)
+    assert [status for status, *_ in found["gamma"]] == [200] * 6
+    first_refusal = min(answered for *_, answered in refused)
+    assert any(sent <= first_refusal <= answered for _, _, sent, answered in found["gamma"])
 
 
 def test_clients_without_keys_are_told_apart_by_address(trained_translation):
@@ -135,7 +177,8 @@ def test_frontend_settings_have_the_servers_values(server):
     answer = httpx.get(server.url + "/frontend/settings", timeout=30)
     assert answer.status_code == 200
     assert answer.json() == {"charLimit": 4000, "frontendTimeout": 500, "apiKeys": True, "keyRequired": True,
-                             "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                             "suggestions": False, "filesTranslation": True,
+                             "supportedFilesFormat": [".txt", ".html", ".htm", ".docx", ".odt", ".odp", ".pptx", ".srt"],
                              "language": {"source": {"code": "en", "name": "English"},
                                           "target": {"code": "de", "name": "German"}}}
 

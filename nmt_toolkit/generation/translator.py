@@ -271,8 +271,25 @@ class Translator:
         if chunk:
             yield from translator._translate_chunk(chunk, done + 1)
 
-    def _translate_chunk(self, sentences: list[str], first: int,
-                         phrases: Optional[list[list[str]]] = None) -> list[Translation]:
+    def translate_aligned(self, sentences: Sequence[str]) -> list:
+        """Each sentence's best translation as :mod:`nmt_toolkit.markup` places markup by it: a
+        :class:`~nmt_toolkit.markup.placement.Aligned` with the target pieces, their word alignment and the
+        source as the model read it (None for an empty sentence). The text is :meth:`translate`'s."""
+        from nmt_toolkit.markup.placement import Aligned
+
+        _check_sentence_list(sentences, "translate_aligned")
+        found = self._translate_chunk(list(sentences), 1, need_attn=True)
+        tokens = self.source_tokens(sentences, "Translator input")
+        return [Aligned(t.text, t.hypotheses[0].pieces.split(), t.hypotheses[0].alignment, source)
+                if t.hypotheses else None for t, source in zip(found, tokens)]
+
+    def source_tokens(self, sentences: Sequence[str], what: str = "input") -> list[list[Optional[str]]]:
+        """Each sentence as the model reads it, one entry per source position: its subword piece, or None for
+        a language tag and the end token (what an alignment's source positions index)."""
+        return self.source_pieces(sentences, self.encode(sentences, what, budget=False, unit="sentence"))
+
+    def _translate_chunk(self, sentences: list[str], first: int, phrases: Optional[list[list[str]]] = None,
+                         need_attn: bool = False) -> list[Translation]:
         ids = self.encode(sentences, "Translator input", first, unit="sentence")
         results: dict[int, list[dict]] = {}
         nonempty = [i for i, x in enumerate(ids) if len(x) > 1]  # an empty line has only its EOS
@@ -281,7 +298,7 @@ class Translator:
             phrases = [phrases[i] for i in nonempty]
         if nonempty:
             dataset = self.task.build_dataset_for_inference([ids[i] for i in nonempty])
-            for sample, hyps in self.decode(self.batches(dataset), constraints=phrases):
+            for sample, hyps in self.decode(self.batches(dataset), need_attn, constraints=phrases):
                 for row, sid in enumerate(sample["id"].tolist()):
                     results[nonempty[sid]] = hyps[row]
         return [Translation(source, tuple(self.hypothesis(h) for h in results.get(i, ())))

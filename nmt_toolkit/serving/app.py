@@ -1,4 +1,5 @@
-"""The HTTP application: LibreTranslate's ``/translate``, ``/detect``, ``/suggest`` and ``/languages``, the native
+"""The HTTP application: LibreTranslate's ``/translate``, ``/detect``, ``/suggest``, ``/languages`` and
+``/translate_file`` (``files.py``), the native
 ``/v1/translate``, ``/health``, ``/metrics``, the web page at ``/`` and FastAPI's OpenAPI document
 (``/openapi.json``, ``/docs``).
 
@@ -19,6 +20,7 @@ from nmt_toolkit.config import shown_value
 from nmt_toolkit.errors import NmtError
 from nmt_toolkit.markup.html import AlignedHtml, UnreadableHtml, text_of
 from nmt_toolkit.markup.sentences import PlainText
+from nmt_toolkit.serving.files import FileStore, file_routes, files_settings
 from nmt_toolkit.serving.languages import language_name
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import RequestError
@@ -27,19 +29,24 @@ from nmt_toolkit.serving.requests import (DetectRequest, LibreTranslateRequest, 
 from nmt_toolkit.serving.translate import DirectionJob, Service
 
 ENDPOINTS = ("/", "/translate", "/detect", "/suggest", "/languages", "/frontend/settings", "/v1/translate", "/health", "/metrics",
-             "/openapi.json", "/docs")
+             "/openapi.json", "/docs", "/translate_file")
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
 
 def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
+    files = FileStore(service.cfg)
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await service.batcher.start()
+        if not service.cfg.disable_files_translation:
+            files.open()
         try:
             yield
         finally:
             await service.batcher.stop()
+            files.close()
 
     # redirect_slashes off: Starlette would answer "/translate/" with a redirect to a URL built from the
     # request's Host header, where a client re-sends its body and key
@@ -50,6 +57,7 @@ def create_app(service: Service, metrics: ServerMetrics) -> FastAPI:
     app.add_exception_handler(HTTPException, _http_error)
     _libretranslate_routes(app, service)
     _suggest_route(app, service)
+    file_routes(app, service, files)
     _native_routes(app, service)
     _service_routes(app, service, metrics)
     return app
@@ -146,8 +154,9 @@ def _suggest_route(app: FastAPI, service: Service) -> None:
 
 
 def frontend_settings_of(service: Service) -> dict:
-    """What LibreTranslate's ``/frontend/settings`` answers, with this server's values: a feature it lacks
-    (file translation, suggestions without --suggestions) is off, so a client does not offer it."""
+    """What LibreTranslate's ``/frontend/settings`` answers, with this server's values: a feature that is off
+    (suggestions without --suggestions, file translation with --disable-files-translation) says so, so a
+    client does not offer it."""
     source, target = service.pool.pairs()[0]
     return {
         "charLimit": service.cfg.max_chars,
@@ -155,8 +164,7 @@ def frontend_settings_of(service: Service) -> dict:
         "apiKeys": bool(service.keys),
         "keyRequired": bool(service.keys),
         "suggestions": service.suggestions is not None,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        **files_settings(service.cfg),
         "language": {"source": {"code": source, "name": language_name(source)},
                      "target": {"code": target, "name": language_name(target)}},
     }

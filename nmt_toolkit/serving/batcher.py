@@ -5,11 +5,13 @@ requests while they fit in ``max_batch_tokens`` source tokens, until ``max_wait`
 arrived or after the last batch finished, whichever is later (the clients just answered often send their
 next request within that moment). The sentences taken are
 grouped by what decodes them (language pair and search options), sorted by length and cut into batches whose
-padded size fits the budget; each batch decodes on the worker's own thread, off the event loop, so the
-server keeps answering (``/health``) while it works. A request whose caller went away (disconnected, timed
-out) is dropped before its sentences decode: it costs nothing but its place in the queue. A batch already
-decoding is asked between search steps whether anyone still wants it (``stop``): once every request of the
-batch is gone, or the batcher stops, the search ends at its next step and frees the worker.
+padded size fits the budget; keys that differ only in what a decode adds to its hypotheses (``share``: word
+alignments) share batches, decoded under the key of the member that asks the most. Each batch decodes on the
+worker's own thread, off the event loop, so the server keeps answering (``/health``) while it works. A
+request whose caller went away (disconnected, timed out) is dropped before its sentences decode: it costs
+nothing but its place in the queue. A batch already decoding is asked between search steps whether anyone
+still wants it (``stop``): once every request of the batch is gone, or the batcher stops, the search ends at
+its next step and frees the worker.
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ from nmt_toolkit.serving.workers import DecodeThreads
 #: decode(key, sentences as id arrays, stop) -> one result per sentence, in order; runs on a worker thread and
 #: may give up (raise) when ``stop()`` becomes true
 Decode = Callable[[Hashable, Sequence[Any], Callable[[], bool]], list]
+
+#: key -> (the batch key it shares, what it asks of that batch's decode, ordered): sentences of one batch key
+#: decode together under the key whose second part is greatest
+Share = Callable[[Hashable], tuple[Hashable, Any]]
 
 #: seconds :meth:`DynamicBatcher.stop` waits for a decode thread (one search step, or a CTranslate2 call that
 #: cannot be interrupted and is then abandoned with the process)
@@ -72,8 +78,9 @@ class DynamicBatcher:
 
     def __init__(self, decode: Decode, *, batching: bool = True, max_batch_tokens: int = 6000,
                  max_wait: float = 0.005, workers: int = 1, thread_setup: Optional[Callable[[], None]] = None,
-                 observer: Optional[BatchObserver] = None):
+                 observer: Optional[BatchObserver] = None, share: Optional[Share] = None):
         self.decode, self.batching, self.budget, self.max_wait = decode, batching, max_batch_tokens, max_wait
+        self.share = share
         self.workers, self.thread_setup = workers, thread_setup
         self.observer = observer or BatchObserver()
         self._waiting: deque[Job] = deque()
@@ -122,7 +129,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         while True:
             jobs = await self._take()
-            for key, batch in plan_batches(jobs, self.budget):
+            for key, batch in plan_batches(jobs, self.budget, self.share):
                 live = [(job, i) for job, i in batch if job.wanted]
                 self._drop(len(batch) - len(live))
                 if not live:
@@ -200,21 +207,28 @@ class DynamicBatcher:
             self.observer.dropped(sentences)
 
 
-def plan_batches(jobs: list[Job], budget: int) -> list[tuple[Hashable, list[tuple[Job, int]]]]:
-    """The sentences of ``jobs`` as ``(key, [(job, sentence index)])`` batches: grouped by key, longest first,
-    each batch as many sentences as keep ``sentences × longest length`` within ``budget`` (at least one)."""
+def plan_batches(jobs: list[Job], budget: int,
+                 share: Optional[Share] = None) -> list[tuple[Hashable, list[tuple[Job, int]]]]:
+    """The sentences of ``jobs`` as ``(key, [(job, sentence index)])`` batches: grouped by key (by shared key
+    with ``share``), longest first, each batch as many sentences as keep ``sentences × longest length`` within
+    ``budget`` (at least one); a batch's key is its members' own, or with ``share`` the one that asks most."""
+    share = share or (lambda key: (key, 0))
     batches = []
-    by_key = itertools.groupby(sorted(((job.key, job, i) for job in jobs for i in range(len(job.ids))),
+    by_key = itertools.groupby(sorted(((share(job.key)[0], job, i) for job in jobs for i in range(len(job.ids))),
                                       key=lambda t: repr(t[0])), key=lambda t: repr(t[0]))
+
+    def close(batch: list[tuple[Job, int]]) -> None:
+        batches.append((max((job.key for job, _ in batch), key=lambda key: share(key)[1]), batch))
+
     for _, group in by_key:
         items = sorted(group, key=lambda t: -len(t[1].ids[t[2]]))
         current: list[tuple[Job, int]] = []
-        for key, job, i in items:
+        for _, job, i in items:
             longest = len(current[0][0].ids[current[0][1]]) if current else len(job.ids[i])
             if current and (len(current) + 1) * longest > budget:
-                batches.append((key, current))
+                close(current)
                 current = []
             current.append((job, i))
         if current:
-            batches.append((current[0][0].key, current))
+            close(current)
     return batches

@@ -41,7 +41,7 @@ class ServeConfig:
                                  "/v1/translate (400 above; 0: no limit but --max-sentences)", low=0,
                               high=1_000_000)
     req_limit: int = option(0, "requests per minute of one client (its API key when keys are in use, else its "
-                               "IP address) to /translate, /detect, /suggest and /v1/translate; 429 above, with Retry-After "
+                               "IP address) to /translate, /detect, /suggest, /translate_file and /v1/translate; 429 above, with Retry-After "
                                "(0: no limit; a key's own number in the --api-keys file wins)", low=0,
                             high=1_000_000)
     cache_size: int = option(10_000, "sentences whose translations are kept for the next request that asks the "
@@ -54,9 +54,17 @@ class ServeConfig:
     max_beam: int = option(16, "largest beam a request may ask for", low=1, high=1000)
     also: list[str] = option([], "serve this model folder too, for its own language pair (repeat for more pairs)",
                              multiple=True, metavar="FOLDER")
+    disable_files_translation: bool = option(False, "refuse /translate_file (403) and say so in /frontend/settings "
+                                                    "(LibreTranslate's --disable-files-translation)")
+    max_file_bytes: int = option(10_000_000, "largest document /translate_file takes (413 above); its text is held "
+                                             "to --max-chars too", low=1, high=1_000_000_000)
+    files_expiry: float = option(600.0, "seconds a translated document waits at its /download_file URL",
+                                 low=0, low_open=True, high=86_400 * 7)
+    max_stored_files: int = option(100, "most translated documents kept for download at once (the oldest goes "
+                                        "first)", low=1, high=1_000_000)
     api_keys: Optional[str] = option(None, "file of API keys, one per line ('#' comments), each optionally followed "
                                            "by its requests per minute (else --req-limit's; 0: none): requests to "
-                                           "/translate, /detect, /suggest and /v1/translate must carry one (api_key field or "
+                                           "/translate, /detect, /suggest, /translate_file and /v1/translate must carry one (api_key field or "
                                            "Authorization: Bearer), else 401", metavar="FILE")
     suggestions: Optional[str] = option(None, "store what clients send to /suggest (a text and the translation "
                                               "they suggest for it) in this SQLite database, created if missing, "

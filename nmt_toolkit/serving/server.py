@@ -15,7 +15,7 @@ from nmt_toolkit.serving.config import ServeConfig
 from nmt_toolkit.serving.detect import LIBRARY, Detector
 from nmt_toolkit.serving.metrics import ServerMetrics
 from nmt_toolkit.serving.models import ModelPool, MultilingualModel, ServedModel
-from nmt_toolkit.serving.translate import Service
+from nmt_toolkit.serving.translate import Service, alignment_shared
 
 logger = logging.getLogger("nmt_toolkit.serve")
 
@@ -46,16 +46,17 @@ def bind(host: str, port: int) -> socket.socket:
 def build_service(models: Sequence[Union[ServedModel, MultilingualModel]], cfg: ServeConfig,
                   keys: Optional[Mapping[str, Optional[int]]] = None,
                   thread_setup: Optional[Callable[[], None]] = None, glossary=None,
-                  keep=None, suggestions=None) -> tuple[Service, ServerMetrics]:
+                  keep=None, suggestions=None, documents=None) -> tuple[Service, ServerMetrics]:
     """The models behind a batcher with the configured limits, and the metrics that watch them; ``glossary``
-    and ``keep`` the served terminology; ``suggestions`` the store of /suggest (None: refused)."""
+    and ``keep`` the served terminology; ``suggestions`` the store of /suggest (None: refused); ``documents``
+    the limits of /translate_file's documents."""
     metrics = ServerMetrics()
     pool = ModelPool(models)
     batcher = DynamicBatcher(pool.decode, batching=cfg.batching, max_batch_tokens=cfg.max_batch_tokens,
                              max_wait=cfg.max_wait_ms / 1000.0, workers=cfg.decode_workers or 1,
-                             thread_setup=thread_setup, observer=metrics)
+                             thread_setup=thread_setup, observer=metrics, share=alignment_shared)
     service = Service(pool, batcher, cfg, keys, glossary, keep, open_detector(list(pool.languages())),
-                      suggestions)
+                      suggestions, documents)
     metrics.watch_cache(service.cache)
     return service, metrics
 

@@ -34,6 +34,7 @@ class Service:
     keep: Any = None      # terms unless a /v1/translate request brings its own glossary
     detector: Optional[Detector] = None  # the served languages' identifier; None without its library
     suggestions: Any = None  # where /suggest stores (a SuggestionStore, --suggestions); None: refused
+    documents: Any = None  # the limits of /translate_file's documents (a DocumentConfig); None: the defaults
     limiter: RateLimiter = field(init=False)
     cache: TranslationCache = field(init=False)
 
@@ -205,6 +206,15 @@ class Service:
             raise RequestError(CLIENT_GONE, "client disconnected")
         raise RequestError(503, f"Translation timed out after {self.cfg.request_timeout:g} s (the server's "
                                 f"--request-timeout); the server is busy, try again later")
+
+
+def alignment_shared(key: tuple) -> tuple[tuple, bool]:
+    """The batcher's ``share`` for the keys :meth:`Service.translate_jobs` submits: requests that differ only
+    in wanting word alignments (HTML) decode in one batch, which records them for all. Recording the attention
+    costs the search little; a batch of their own for the few HTML sentences among many plain ones costs a
+    whole decode (docs/benchmarks.md)."""
+    source, target, (options, scores, alignment) = key
+    return (source, target, options, scores), alignment
 
 
 @dataclass

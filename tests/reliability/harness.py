@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 PROGRAMS = {
     "nmt-preprocess": "preprocess", "nmt-train": "train", "nmt-generate": "generate",
     "nmt-interactive": "interactive", "nmt-average-checkpoints": "average_checkpoints", "nmt-score": "score",
-    "nmt-export": "export", "nmt-convert": "convert",
+    "nmt-export": "export", "nmt-convert": "convert", "nmt-translate-file": "translate_file",
 }
 
 

@@ -57,9 +57,15 @@ def base_commands(prog: str, flag: str, world, tmp) -> list[list]:
                                          for fmt in ("ctranslate2", "fairseq", "folder", "marian")],
         ("nmt-convert", "--output"): [["--from", "fairseq", "--path", ck], ["--from", "marian", "--path", MARIAN],
                                       ["--from", "m2m100", "--path", MARIAN]],
+        ("nmt-translate-file", "--output"): [[data, "--path", ck, _document(tmp)]],
     }
     assert (prog, flag) in table, f"{prog} {flag} names an output: give it a base command here"
     return table[(prog, flag)]
+
+
+def _document(tmp: pathlib.Path) -> pathlib.Path:
+    (tmp / "in.txt").write_text("a b c\n")
+    return tmp / "in.txt"
 
 
 def has_overwrite(prog: str) -> bool:
@@ -91,7 +97,8 @@ CASES = [pytest.param(prog, flag, place, overwrite, id=f"{prog}{flag}-{place}{'-
 
 def test_the_matrix_covers_every_program_that_writes():
     assert {prog for prog, _ in output_fields()} == {"nmt-preprocess", "nmt-train", "nmt-generate",
-                                                     "nmt-average-checkpoints", "nmt-export", "nmt-convert"}
+                                                     "nmt-average-checkpoints", "nmt-export", "nmt-convert",
+                                                     "nmt-translate-file"}
 
 
 @pytest.mark.parametrize("prog, flag, place, overwrite", CASES)
