@@ -15,6 +15,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -325,7 +326,7 @@ ML_ROW = re.compile(r"^\| (\w\w-\w\w)( \(zero-shot\))? \| ([\d.]+) \| (\S+) \| (
 
 
 def _sacrebleu_cli(ref: pathlib.Path, hyp: pathlib.Path) -> float:
-    out = subprocess.run(["python", "-m", "sacrebleu", str(ref), "-i", str(hyp), "-b"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-b"], capture_output=True,
                          text=True, check=True).stdout
     return round(float(out.strip()), 1)
 
@@ -345,7 +346,7 @@ def test_multilingual_table_scores_each_direction_as_sacrebleu_does(tmp_path):
         (tmp_path / "multi" / f"hyp.{pair}.txt").write_text("\n".join(multi) + "\n")
         (tmp_path / f"bi-{pair}" / f"hyp.{pair}.txt").write_text("\n".join(bi) + "\n")
     table = _import_example(EXAMPLES / "multilingual" / "table.py")
-    out = subprocess.run(["python", str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
+    out = subprocess.run([sys.executable, str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
                           str(tmp_path / "test"), "--pairs", "en-de", "de-en", "--updates", "12"],
                          capture_output=True, text=True, check=True).stdout
     low = _sacrebleu_cli(tmp_path / "test.de", tmp_path / "bi-en-de" / "hyp.en-de.txt")
@@ -355,7 +356,7 @@ def test_multilingual_table_scores_each_direction_as_sacrebleu_does(tmp_path):
                     "de-en": (f"{low:.1f}", "100.0", f"{low - 100:+.1f}", "NO")}, out
     assert "missed the bar: de-en" in out
     (tmp_path / "multi" / "hyp.en-de.txt").write_text("\n".join(refs[:3]) + "\n")
-    proc = subprocess.run(["python", str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "multilingual" / "table.py"), str(tmp_path),
                            str(tmp_path / "test"), "--pairs", "en-de", "--updates", "6"], capture_output=True, text=True)
     assert proc.returncode != 0 and "3 hypotheses for 4 references" in proc.stderr
     assert "Traceback" not in proc.stderr
