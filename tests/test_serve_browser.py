@@ -5,6 +5,7 @@ fr: every direction) to every test here. Screenshots are kept as test artifacts 
 set, else in the test's temporary folder)."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 
@@ -100,6 +101,24 @@ def test_the_web_page_translates_what_is_typed(server, browser, tiny, translate,
     assert browser.evaluate("document.getElementById('files').hidden") is \
         (not httpx.get(server.url + "/frontend/settings").json()["filesTranslation"])
     keep_screenshot(browser, tmp_path, "nmt-serve-page.png")
+
+
+def test_the_page_translates_when_the_typing_pauses(server, browser, tiny, translate):
+    """No button: the text is sent frontendTimeout ms after the last keystroke, and a change of target sends
+    it again; the page then shows the answer to the newest request."""
+    sentence = tiny.lines("en", 2)[1]
+    [german] = translate("en", "de", [sentence])
+    [french] = translate("en", "fr", [sentence])
+    assert httpx.get(server.url + "/frontend/settings").json()["frontendTimeout"] > 0
+    open_page(browser, server)
+    browser.choose("source", "en")
+    browser.choose("target", "de")
+    browser.type("text", sentence)
+    assert browser.wait_for("document.getElementById('translation').value") == german
+    browser.choose("target", "fr")
+    assert browser.wait_for("(v => v !== %s && v)(document.getElementById('translation').value)"
+                            % json.dumps(german)) == french
+    assert shown(browser, "error") == ""
 
 
 def test_the_page_detects_the_source_language(server, browser, translate, tmp_path):

@@ -1,5 +1,6 @@
 """The web page at ``/``: a text box, the language pair (or language detection), plain text or HTML, a button,
-the translation; and a file to translate when the server offers ``/translate_file``. Everything it needs is in
+the translation (also sent by itself when the typing pauses for ``frontendTimeout`` ms, as on LibreTranslate's
+page); and a file to translate when the server offers ``/translate_file``. Everything it needs is in
 this one document (no external script, style sheet or font), so it works on a machine without internet.
 
 It speaks only the public LibreTranslate API (``/languages``, ``/frontend/settings``, ``/translate``,
@@ -122,13 +123,25 @@ function showDetected(found) {
   $("detected").textContent = "Detected: " + name + " (" + found.confidence + " %)";
 }
 
+// requests sent so far: an answer to an older one than the newest is dropped (typing sends one per pause)
+let sent = 0, typing = null;
+
 async function translate() {
+  clearTimeout(typing);
+  const mine = ++sent;
   const html = $("html").checked;
   const body = {q: $("text").value, source: $("source").value, target: $("target").value,
                 format: html ? "html" : "text"};
   if ($("api-key").value) body.api_key = $("api-key").value;
   $("detected").textContent = "";
-  const answer = await post("translate", JSON.stringify(body), {headers: {"Content-Type": "application/json"}});
+  let answer;
+  try {
+    answer = await post("translate", JSON.stringify(body), {headers: {"Content-Type": "application/json"}});
+  } catch (err) {
+    if (mine === sent) throw err;
+    return;
+  }
+  if (mine !== sent) return;
   $("translation").classList.toggle("html", html);
   $("translation").value = answer.translatedText;  // text, never markup: HTML is shown as its source
   showDetected(answer.detectedLanguage);
@@ -153,7 +166,16 @@ async function translateFile() {
   $("download").focus();
 }
 
+// as LibreTranslate's page does: translate once the typing pauses for frontendTimeout ms, or the choices change
+function translateSoon() {
+  clearTimeout(typing);
+  if (settings.frontendTimeout > 0 && $("text").value.trim())
+    typing = setTimeout(() => busy($("translate"), translate), settings.frontendTimeout);
+}
+
 $("source").addEventListener("change", fillTargets);
+$("text").addEventListener("input", translateSoon);
+for (const id of ["source", "target", "html"]) $(id).addEventListener("change", translateSoon);
 $("translate").addEventListener("click", () => busy($("translate"), translate));
 $("translate-file").addEventListener("click", () => busy($("translate-file"), translateFile));
 $("text").addEventListener("keydown", (e) => {
