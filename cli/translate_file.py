@@ -55,9 +55,9 @@ def translate_file(configs: dict) -> int:
     data = _read(cfg.input)
     translator = load_translator(configs, need_attn=False)
     document = read_document(cfg.input, data, translator.task.cfg.source_lang or "en", limits, f"INPUT {cfg.input}")
-    if document.needs_alignment and translator.models is None:
-        raise UsageError(f"INPUT {cfg.input}: {extension} documents place their runs by word alignments, which the "
-                         f"CTranslate2 engine does not give; use --engine torch")
+    refusal = translator.alignment_refusal() if document.needs_alignment else None
+    if refusal:
+        raise UsageError(f"INPUT {cfg.input}: {extension} documents place their runs by word alignments: {refusal}")
     logger.info("translating %d sentences of %s", len(document.sentences), cfg.input)
     translated = document.render(_translate(translator, document) if document.sentences else [])
     replace_file(cfg.output, lambda handle: handle.write(translated), "the translated document")
@@ -106,7 +106,7 @@ def _translate(translator, document) -> list:
     """The document's sentences translated: with their alignments where its runs or tags are placed by them."""
     from nmt_toolkit.markup.placement import Aligned
 
-    if translator.models is not None:
+    if document.needs_alignment:
         return translator.translate_aligned(document.sentences)
     return [Aligned(t.text) if t.hypotheses else None for t in translator.translate(document.sentences)]
 

@@ -56,6 +56,17 @@ def test_runs_keep_their_formatting_and_paragraphs_their_context(model, tmp_path
     assert any(len([t for t, _ in runs if t.strip()]) >= 3 for runs in after)  # several runs kept words
 
 
+def test_a_ctranslate2_export_places_runs_as_the_torch_engine_does(model, trained_ct2_export, tmp_path):
+    """CTranslate2 returns the torch engine's alignments, so the same document comes back run for run."""
+    make, view = files.MAKERS[".docx"]
+    status, by_torch = translate_file(model, tmp_path, "doc.docx", make())
+    assert status == 0
+    source, target = tmp_path / "doc.docx", tmp_path / "ct2.docx"
+    assert run(["--path", str(trained_ct2_export), "--engine", "ctranslate2", "--cpu", str(source), "-o",
+                str(target)]) == 0
+    assert view(target.read_bytes()) == view(by_torch.read_bytes())
+
+
 def test_subtitles_keep_indices_and_timings(model, tmp_path):
     source = files.make_srt()
     status, target = translate_file(model, tmp_path, "film.srt", source)

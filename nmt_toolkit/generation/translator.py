@@ -280,8 +280,7 @@ class Translator:
         _check_sentence_list(sentences, "translate_aligned")
         found = self._translate_chunk(list(sentences), 1, need_attn=True)
         tokens = self.source_tokens(sentences, "Translator input")
-        return [Aligned(t.text, t.hypotheses[0].pieces.split(), t.hypotheses[0].alignment, source)
-                if t.hypotheses else None for t, source in zip(found, tokens)]
+        return [Aligned.of(t.hypotheses[0] if t.hypotheses else None, source) for t, source in zip(found, tokens)]
 
     def source_tokens(self, sentences: Sequence[str], what: str = "input") -> list[list[Optional[str]]]:
         """Each sentence as the model reads it, one entry per source position: its subword piece, or None for

@@ -166,8 +166,7 @@ class AlignedHtml:
         self.tokens = model.source_tokens(self.sentences) if self.sentences else []
 
     def render(self, hypotheses) -> str:
-        return self.html.render([None if h is None else Aligned(h.text, h.pieces.split(), h.alignment, tokens)
-                                 for h, tokens in zip(hypotheses, self.tokens)])
+        return self.html.render([Aligned.of(h, tokens) for h, tokens in zip(hypotheses, self.tokens)])
 
 
 class _Document:

@@ -54,6 +54,14 @@ class Aligned:
     alignment: Optional[Sequence[int]] = None
     source_tokens: Sequence[Optional[str]] = ()
 
+    @classmethod
+    def of(cls, hypothesis: Any, source_tokens: Sequence[Optional[str]]) -> Optional["Aligned"]:
+        """A translator's hypothesis (``text``, ``pieces`` as one string, ``alignment``) with the source it
+        was read from; None for no hypothesis."""
+        if hypothesis is None:
+            return None
+        return cls(hypothesis.text, hypothesis.pieces.split(), hypothesis.alignment, source_tokens)
+
 
 def _is_cjk(ch: str) -> bool:
     code = ord(ch)

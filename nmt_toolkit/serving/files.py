@@ -224,8 +224,7 @@ async def _translate(request: Request, service: Service, document, model) -> byt
 
     def render() -> bytes:
         tokens = model.source_tokens(sentences) if document.needs_alignment and sentences else [()] * len(found)
-        return document.render([Aligned(h[0].text, h[0].pieces.split(), h[0].alignment, t) if h else None
-                                for h, t in zip(found, tokens)])
+        return document.render([Aligned.of(h[0] if h else None, t) for h, t in zip(found, tokens)])
 
     return await asyncio.to_thread(render)
 
